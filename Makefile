@@ -1,0 +1,26 @@
+# Two commands a new user needs (Python 3.11, no GPU):
+#   make demo   set up .venv and run the main job (a difffilter_band search on the embedded CPU backend)
+#   make test   set up .venv and run the test suite
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+SPACE  ?= difffilter_band
+ARGS   ?=
+
+.PHONY: setup demo test
+setup: $(STAMP)
+
+# torch==2.13.0 goes in first: resolved as a dependency of verl it would pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	RAY_AUTH_MODE=disabled $(BIN)/python -m tune_dfrl.search space=$(SPACE) $(ARGS)
+
+test: $(STAMP)
+	RAY_AUTH_MODE=disabled $(BIN)/python -m pytest $(ARGS)

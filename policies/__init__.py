@@ -1,0 +1,1 @@
+"""Data policies: signals in, token weights or domain proportions out (pure torch)."""

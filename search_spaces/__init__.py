@@ -1,0 +1,1 @@
+"""Named search spaces (Hydra config group `space`)."""

@@ -1,0 +1,1 @@
+"""Backends that train one trial (one arm at one seed)."""

@@ -1,0 +1,1 @@
+"""tune_dfrl: Ray Tune-driven search service for RLVR data policies."""

@@ -1,0 +1,99 @@
+"""The contract between the search service and a training backend.
+
+A backend trains one *trial* = one arm at one seed, and reports evaluation milestones.
+Scores are accuracies in percent (0-100), so paired deltas are in points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+
+@dataclass(frozen=True)
+class BenchmarkInfo:
+    """One evaluation benchmark: its name, domain (math | logic | science) and item count."""
+
+    name: str
+    domain: str
+    items: int
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """A fully specified data-policy configuration.
+
+    `method` is a paper method name (difffilter, topk, gfpo, maxvar, softmax, diffband, ar, per,
+    reward_gap, dump_ucb, tscl, static, baseline); `params` its validated, canonical
+    hyperparameters; `arm_id` the hash of the canonical form together with the recipe.
+    """
+
+    method: str
+    params: dict[str, Any]
+    arm_id: str
+    label: str
+
+
+@dataclass
+class Milestone:
+    """What a trial reports at one evaluation milestone (`step` = training steps done)."""
+
+    step: int
+    accuracy: dict[str, float]  # benchmark -> accuracy in %
+    length_chars: dict[str, float]  # benchmark -> mean response length (characters)
+    format_failure: dict[str, float]  # benchmark -> fraction of unparseable answers
+    aggregates: dict[str, float]  # db, macro, item (%), efficiency (correct per 1000 chars)
+    train: dict[str, float] = field(default_factory=dict)  # training metrics since the last milestone
+
+    def flat(self) -> dict[str, float]:
+        """Flat metric dict as reported to Ray Tune / MLflow."""
+        out: dict[str, float] = {"step": float(self.step)}
+        out.update({f"score/{k}": v for k, v in self.aggregates.items()})
+        out.update({f"acc/{k}": v for k, v in self.accuracy.items()})
+        out.update({f"len/{k}": v for k, v in self.length_chars.items()})
+        out.update({f"fmt_fail/{k}": v for k, v in self.format_failure.items()})
+        out.update({f"train/{k}": v for k, v in self.train.items()})
+        return out
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    ok: bool
+    failures: list[str]  # one line per failing benchmark / case
+
+
+class Backend(Protocol):
+    """A training backend (embedded CPU GRPO, or verl on GPUs)."""
+
+    name: str
+
+    def benchmarks(self) -> list[BenchmarkInfo]: ...
+
+    def calibrate(self) -> CalibrationResult:
+        """Reference answers must score 1 and malformed ones 0 on every benchmark."""
+        ...
+
+    def validate(self, arm: ArmSpec, recipe: dict[str, Any]) -> None:
+        """Raise ValueError before any training if this arm/recipe cannot run here."""
+        ...
+
+    def resources(self, recipe: dict[str, Any]) -> dict[str, float]:
+        """Resources one trial needs, e.g. {"cpu": 1, "gpu": 0}; the trial uses exactly that many threads."""
+        ...
+
+    def run_trial(
+        self,
+        arm: ArmSpec,
+        seed: int,
+        recipe: dict[str, Any],
+        report: Callable[[Milestone], None],
+        checkpoint_dir: Path,
+    ) -> None:
+        """Train (arm, seed) for recipe['steps'] steps, evaluating every recipe['milestone_every'] steps.
+
+        Calls `report` once per milestone (the last one at step == recipe['steps']). Saves a
+        checkpoint in `checkpoint_dir` at every milestone and, when one exists there, resumes
+        from it instead of restarting. Same arm + seed + recipe -> identical milestones.
+        """
+        ...
