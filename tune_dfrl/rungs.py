@@ -1,0 +1,121 @@
+"""The rung decision of the paired scheduler: paired deltas in, keep or stop one arm out.
+
+A rung is an evaluation milestone before the last. When an arm reaches a rung, the scheduler
+collects, for every arm recorded at that rung so far (asynchronous ASHA: arms that got there
+earlier), the paired deltas d[arm][seed] = score(arm, seed) - score(control, seed) at that
+milestone, and asks `decide` whether the arm goes on. The control arm is never passed to a
+stop decision by the scheduler (it is never stopped); every key of `deltas` is treated as a
+competing arm.
+
+Definitions (n = arms at the rung, mean_a = mean of arm a's deltas over its own seeds):
+
+- leader: the arm with the highest mean_a; ties go to the smallest arm id.
+- rank: position in the order (-mean_a, arm id); the leader has rank 0.
+- paired interval of (candidate - leader): over the seeds S both have,
+  e_s = d[cand][s] - d[leader][s], m = |S|, interval = mean(e) +- t_{(1+c)/2, m-1} * sd(e) / sqrt(m)
+  with c = `confidence` and sd the sample standard deviation (ddof 1).
+- credibly worse: the interval lies entirely below 0.
+
+Rules (checked in order; the first that applies decides):
+
+1. the candidate is the only arm at the rung, or the leader -> keep;
+2. `paired_asha` only: rank < max(1, ceil(n / eta)) -> keep (top 1/eta promotion);
+3. fewer than `min_seeds` common seeds with the leader -> keep (no paired evidence yet);
+4. credibly worse than the leader -> stop, otherwise keep.
+
+So `race` stops exactly the credibly-worse arms, and `paired_asha` additionally protects the
+top ceil(n/eta) arms even when they are credibly worse than the leader.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from scipy import stats
+
+MODES = ("paired_asha", "race")
+
+
+@dataclass(frozen=True)
+class RungRule:
+    """How the paired scheduler decides at a rung (see the module docstring for the exact rules)."""
+
+    mode: str = "paired_asha"  # "paired_asha" | "race"
+    eta: float = 3.0  # paired_asha keeps the top ceil(n/eta) arms by mean paired delta (at least 1)
+    confidence: float = 0.8  # two-sided level of the paired t-interval of (candidate - leader)
+    min_seeds: int = 2  # fewer common seeds than this -> always keep
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"unknown rung mode {self.mode!r}; allowed: {', '.join(MODES)}")
+        if not self.eta > 1.0:
+            raise ValueError(f"rung eta must be > 1 (keeps the top ceil(n/eta) arms); got {self.eta}")
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError(f"rung confidence must be in (0, 1); got {self.confidence}")
+        if self.min_seeds < 2:
+            raise ValueError(f"rung min_seeds must be >= 2 (a paired interval needs 2 seeds); got {self.min_seeds}")
+
+
+@dataclass(frozen=True)
+class RungDecision:
+    keep: bool
+    reason: str  # human-readable, logged
+    leader: str | None  # arm id of the rung leader (highest mean paired delta)
+
+
+@lru_cache(maxsize=256)
+def _t_quantile(confidence: float, df: int) -> float:
+    """Upper (1 + confidence) / 2 quantile of Student's t with `df` degrees of freedom."""
+    return float(stats.t.ppf(0.5 + confidence / 2.0, df))
+
+
+def paired_interval(diffs: np.ndarray, confidence: float) -> tuple[float, float]:
+    """Two-sided paired t-interval of mean(diffs) at level `confidence` (needs >= 2 values)."""
+    m = diffs.size
+    half = _t_quantile(confidence, m - 1) * float(diffs.std(ddof=1)) / math.sqrt(m)
+    centre = float(diffs.mean())
+    return centre - half, centre + half
+
+
+def _check_deltas(candidate: str, deltas: Mapping[str, Mapping[int, float]]) -> None:
+    if candidate not in deltas:
+        raise ValueError(f"candidate arm {candidate!r} has no deltas at this rung; arms present: {sorted(deltas)}")
+    for arm, by_seed in deltas.items():
+        if not by_seed:
+            raise ValueError(f"arm {arm!r} has no seeds at this rung; every arm passed needs >= 1 paired delta")
+        for seed, value in by_seed.items():
+            if not math.isfinite(value):
+                raise ValueError(f"paired delta of arm {arm!r} at seed {seed} is {value}; deltas must be finite")
+
+
+def decide(candidate: str, deltas: Mapping[str, Mapping[int, float]], rule: RungRule) -> RungDecision:
+    """Pure. Keep or stop `candidate` given `deltas[arm][seed]` (arm - control, points) of every arm at the rung."""
+    _check_deltas(candidate, deltas)
+    order = sorted(deltas, key=lambda arm: (-float(np.mean(list(deltas[arm].values()))), arm))
+    leader, n = order[0], len(order)
+    if n == 1:
+        return RungDecision(True, "only arm at this rung", leader)
+    if candidate == leader:
+        return RungDecision(True, f"leader of {n} arms at this rung", leader)
+
+    rank = order.index(candidate)
+    if rule.mode == "paired_asha":
+        top = max(1, math.ceil(n / rule.eta))
+        if rank < top:
+            return RungDecision(True, f"rank {rank + 1} of {n}, within the top {top} (eta={rule.eta:g})", leader)
+
+    common = sorted(set(deltas[candidate]) & set(deltas[leader]))
+    if len(common) < rule.min_seeds:
+        return RungDecision(
+            True, f"{len(common)} common seeds with leader {leader!r} < min_seeds={rule.min_seeds}", leader
+        )
+    diffs = np.array([deltas[candidate][s] - deltas[leader][s] for s in common], dtype=np.float64)
+    low, high = paired_interval(diffs, rule.confidence)
+    interval = f"{rule.confidence:.0%} interval of (candidate - {leader!r}) over {len(common)} seeds [{low:.3g}, {high:.3g}]"
+    if high < 0.0:
+        return RungDecision(False, f"credibly worse than the leader: {interval}", leader)
+    return RungDecision(True, f"not credibly worse than the leader: {interval}", leader)
