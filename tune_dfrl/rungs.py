@@ -92,10 +92,16 @@ def _check_deltas(candidate: str, deltas: Mapping[str, Mapping[int, float]]) -> 
                 raise ValueError(f"paired delta of arm {arm!r} at seed {seed} is {value}; deltas must be finite")
 
 
+def rank_arms(deltas: Mapping[str, Mapping[int, float]]) -> list[str]:
+    """Arm ids ordered by (-mean delta over the arm's own seeds, arm id); the first is the leader."""
+    means = {arm: math.fsum(by_seed.values()) / len(by_seed) for arm, by_seed in deltas.items()}
+    return sorted(deltas, key=lambda arm: (-means[arm], arm))
+
+
 def decide(candidate: str, deltas: Mapping[str, Mapping[int, float]], rule: RungRule) -> RungDecision:
     """Pure. Keep or stop `candidate` given `deltas[arm][seed]` (arm - control, points) of every arm at the rung."""
     _check_deltas(candidate, deltas)
-    order = sorted(deltas, key=lambda arm: (-float(np.mean(list(deltas[arm].values()))), arm))
+    order = rank_arms(deltas)
     leader, n = order[0], len(order)
     if n == 1:
         return RungDecision(True, "only arm at this rung", leader)
