@@ -1,0 +1,308 @@
+"""Method registry: names -> (scorer, actuator), and the policy and mixer built from them.
+
+A method is a paper name (difffilter, topk, ...) or a component name (threshold_band, ...,
+which uses the component's default scorer). Its hyperparameters are the actuator's, then the
+scorer's options, then the selection flag `denominator` for selectors; everything below is
+derived from those declarations.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+import numpy as np
+import torch
+
+from .batch import RolloutBatch, masked_row_sum
+from .mixers import MIXERS, Mixer, MixerRule
+from .params import ParamSpec
+from .reweighters import REWEIGHTERS, Reweighter, in_scope
+from .scorers import SCORERS, Scorer
+from .selectors import DENOMINATOR, SELECTORS, Selector, kept_group_advantages
+
+Kind = Literal["uniform", "selector", "reweighter", "mixer"]
+
+PAPER_METHODS: dict[str, tuple[str | None, str]] = {
+    "baseline": (None, "uniform"),
+    "difffilter": ("group_solve_rate", "threshold_band"),
+    "topk": ("advantage_magnitude", "topk_fraction"),
+    "gfpo": ("response_length", "gfpo"),
+    "maxvar": ("reward", "max_variance"),
+    "softmax": ("advantage_magnitude", "softmax"),
+    "diffband": ("reward", "difficulty_band"),
+    "ar": ("token_prob", "advantage_reweight"),
+    "per": ("advantage_magnitude", "per_advantage"),
+    "static": (None, "static"),
+    "reward_gap": (None, "reward_gap"),
+    "dump_ucb": (None, "dump_ucb"),
+    "tscl": (None, "tscl"),
+}
+COMPONENT_METHODS: dict[str, tuple[str | None, str]] = {
+    "uniform": (None, "uniform"),
+    **{name: (s.scorer, name) for name, s in SELECTORS.items()},
+    **{name: (r.scorer, name) for name, r in REWEIGHTERS.items()},
+    **{name: (None, name) for name in MIXERS},
+}
+ALL_METHODS: dict[str, tuple[str | None, str]] = {**COMPONENT_METHODS, **PAPER_METHODS}
+
+
+@dataclass(frozen=True)
+class Method:
+    """A resolved method: its scorer, its actuator and their combined parameter declaration."""
+
+    name: str
+    kind: Kind
+    scorer: Scorer | None
+    actuator: Selector | Reweighter | MixerRule | None
+    spec: ParamSpec
+
+    @property
+    def key(self) -> str:
+        """`scorer:actuator`, the same for a paper name and its component name."""
+        actuator = self.actuator.name if self.actuator is not None else "uniform"
+        return f"{self.scorer.name if self.scorer else '-'}:{actuator}"
+
+
+def resolve(method: str) -> Method:
+    """Look up a method name; unknown names are an error listing the known ones."""
+    if method not in ALL_METHODS:
+        raise ValueError(f"unknown method '{method}'; allowed: {', '.join(sorted(ALL_METHODS))}")
+    scorer_name, actuator_name = ALL_METHODS[method]
+    scorer = SCORERS[scorer_name] if scorer_name else None
+    scorer_params = scorer.params if scorer else ()
+    if actuator_name in SELECTORS:
+        s = SELECTORS[actuator_name]
+        return Method(method, "selector", scorer, s, ParamSpec(method, s.params + scorer_params + (DENOMINATOR,), s.constraints))
+    if actuator_name in REWEIGHTERS:
+        r = REWEIGHTERS[actuator_name]
+        return Method(method, "reweighter", scorer, r, ParamSpec(method, r.params + scorer_params, r.constraints))
+    if actuator_name in MIXERS:
+        m = MIXERS[actuator_name]
+        return Method(method, "mixer", None, m, ParamSpec(method, m.params))
+    return Method(method, "uniform", None, None, ParamSpec(method, ()))
+
+
+@dataclass
+class PolicyResult:
+    """token_weights [N, L] (multiplied into the batch's rollout_is_weights), advantages [N, L], diagnostics."""
+
+    token_weights: torch.Tensor
+    advantages: torch.Tensor
+    diagnostics: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A selection or reweighting policy with validated parameters; `apply` is the only entry point."""
+
+    method: Method
+    params: dict[str, Any]
+
+    def apply(self, batch: RolloutBatch) -> PolicyResult:
+        m, p = self.method, self.params
+        n = batch.num_responses
+        if m.kind == "uniform":
+            return _result(batch, torch.ones(n, dtype=torch.float64), batch.advantages, torch.ones(n, dtype=torch.bool))
+        score = m.scorer.score(batch, p)
+        if m.kind == "reweighter":
+            weights = m.actuator.weigh(batch, score, p, in_scope(batch, p["scope"]))
+            return _result(batch, weights, batch.advantages, torch.ones(n, dtype=torch.bool))
+        keep = m.actuator.select(batch, score, p)
+        weights = keep.to(torch.float64)
+        counts = batch.token_counts
+        kept_tokens = counts[keep].sum()
+        if p["denominator"] == "kept" and kept_tokens > 0:
+            weights = weights * (counts.sum() / kept_tokens)
+        advantages = batch.advantages
+        if p.get("recompute_advantages"):
+            recomputed = kept_group_advantages(batch, keep).to(advantages.dtype)
+            advantages = recomputed[:, None] * batch.response_mask
+        return _result(batch, weights, advantages, keep)
+
+
+def _result(batch: RolloutBatch, weights: torch.Tensor, advantages: torch.Tensor, kept: torch.Tensor) -> PolicyResult:
+    """Token weights (response weights broadcast, times existing IS weights) and diagnostics.
+
+    Weight statistics are over valid tokens of the policy's own weights (before the IS factor).
+    """
+    n, length = batch.advantages.shape
+    dtype = batch.advantages.dtype if batch.advantages.is_floating_point() else torch.float32
+    counts = batch.token_counts
+    total = counts.sum()
+    if weights.dim() == 1:
+        if total > 0:
+            mean = (weights * counts).sum() / total
+            std = ((weights - mean) ** 2 * counts).sum().div(total).sqrt()
+            peak = weights[counts > 0].max()
+        else:
+            mean, std, peak = weights.mean(), weights.std(unbiased=False), weights.max()
+        column = weights.to(dtype)[:, None]
+        tokens = column * batch.rollout_is_weights if batch.rollout_is_weights is not None else column.expand(n, length).contiguous()
+    else:
+        mask = batch.response_mask
+        denominator = total.clamp(min=1)
+        mean = masked_row_sum(weights, mask).sum() / denominator
+        std = (masked_row_sum(weights * weights, mask).sum() / denominator - mean**2).clamp(min=0).sqrt()
+        peak = (weights * mask).max()
+        tokens = weights * batch.rollout_is_weights if batch.rollout_is_weights is not None else weights
+    kept_tokens = counts[kept].sum()
+    diagnostics = {
+        "kept_fraction": float(kept.to(torch.float64).mean()),
+        "kept_token_fraction": float(kept_tokens / total) if total > 0 else float(kept.any()),
+        "weight_mean": float(mean),
+        "weight_std": float(std),
+        "weight_max": float(peak),
+        "empty_selection": float(not bool(kept.any())),
+    }
+    return PolicyResult(tokens, advantages, diagnostics)
+
+
+def make_policy(method: str, params: Mapping[str, Any] | None = None, rollout_n: int | None = None) -> Policy:
+    """Build a selection/reweighting policy (or `baseline`/`uniform`: weights all 1)."""
+    m = resolve(method)
+    if m.kind == "mixer":
+        raise ValueError(f"'{method}' is a mixer; build it with make_mixer(method, params, num_domains)")
+    return Policy(m, m.spec.validate(params, rollout_n))
+
+
+def make_mixer(
+    method: str, params: Mapping[str, Any] | None, num_domains: int, static_proportions: Any = None
+) -> Mixer:
+    """Build a mixer over `num_domains` domains; static proportions default to uniform."""
+    m = resolve(method)
+    if m.kind != "mixer":
+        raise ValueError(f"'{method}' is not a mixer; mixers: {', '.join(MIXERS)}")
+    if num_domains < 1:
+        raise ValueError(f"num_domains must be >= 1; got {num_domains}")
+    p = m.spec.validate(params)
+    if p.get("floor", 0.0) >= 1 / num_domains:
+        raise ValueError(f"parameter 'floor' for {method} must be < 1/K = {1 / num_domains:g}; got {p['floor']}")
+    chosen = p.get("proportions") or static_proportions
+    static = np.full(num_domains, 1 / num_domains) if chosen is None else np.asarray(chosen, dtype=float)
+    if static.shape != (num_domains,) or (static < 0).any() or not static.sum() > 0:
+        raise ValueError(f"static proportions must be {num_domains} numbers >= 0 with a positive sum; got {list(chosen)}")
+    return Mixer(m.actuator, p, num_domains, static / static.sum())
+
+
+def validate_params(method: str, params: Mapping[str, Any] | None, rollout_n: int | None = None) -> dict[str, Any]:
+    """The parameters with defaults filled in; ValueError naming what is wrong and what is allowed."""
+    return resolve(method).spec.validate(params, rollout_n)
+
+
+def tune_space(method: str, ranges: Mapping[str, Any] | None = None, rollout_n: int | None = None) -> dict[str, Any]:
+    """Ray Tune domains for the method's searchable parameters (see ParamSpec.tune_space)."""
+    return resolve(method).spec.tune_space(ranges, rollout_n)
+
+
+def suggest_params(
+    trial: Any, method: str, ranges: Mapping[str, Any] | None = None, prefix: str = "", rollout_n: int | None = None
+) -> dict[str, Any]:
+    """Sample the searchable parameters with an Optuna trial (see ParamSpec.suggest)."""
+    return resolve(method).spec.suggest(trial, ranges, rollout_n, prefix)
+
+
+def describe_method(method: str, rollout_n: int | None = None) -> str:
+    """Markdown: the method's scorer and actuator, then its parameter table."""
+    m = resolve(method)
+    scorer, actuator = m.key.split(":")
+    return f"**{method}** ({m.kind}; scorer `{scorer}`, actuator `{actuator}`)\n\n{m.spec.describe(rollout_n)}"
+
+
+def methods_table() -> str:
+    """Markdown table of the paper methods: scorer, actuator, hyperparameters with ranges and defaults."""
+    rows = ["| method | scorer | actuator | hyperparameters (default, valid range) |", "|---|---|---|---|"]
+    for name in PAPER_METHODS:
+        m = resolve(name)
+        scorer, actuator = m.key.split(":")
+        params = "; ".join(f"`{p.name}`={p.default} {p.range_text()}" for p in m.spec.params) or "—"
+        rows.append(f"| {name} | {scorer} | {actuator} | {params} |")
+    return "\n".join(rows)
+
+
+def canonical_params(method: str, params: Mapping[str, Any] | None, rollout_n: int) -> dict[str, Any]:
+    """Validated parameters in a canonical form: configurations that act identically compare equal.
+
+    Defaults are filled, floats rounded to 6 significant digits, and exact reductions applied for
+    groups of `rollout_n` responses: threshold_band edges become the band that keeps the same
+    solve-rate levels k/n; per-group counts (max_variance f, topk f with scope=group) become k/n;
+    parameters that cannot matter (everything but the method when a band or top-k keeps all or
+    nothing, band settings when a reweighting is constant) are reset to their defaults.
+    """
+    m = resolve(method)
+    p = m.spec.validate(params, rollout_n)
+    reduce = _REDUCTIONS.get(m.actuator.name if m.actuator else "")
+    if reduce is not None:
+        p = reduce(p, rollout_n, {q.name: q.default for q in m.spec.params})
+    return {k: _round(v) for k, v in p.items()}
+
+
+def arm_key(method: str, canonical: Mapping[str, Any]) -> str:
+    """12 hex chars of sha256 over the resolved (scorer, actuator) and the sorted canonical params."""
+    text = json.dumps({"method": resolve(method).key, "params": dict(canonical)}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _round(v: Any) -> Any:
+    if isinstance(v, float):
+        return float(f"{v:.6g}")
+    if isinstance(v, list):
+        return [_round(x) for x in v]
+    return v
+
+
+def _reset(p: dict[str, Any], defaults: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    return {**p, **{k: defaults[k] for k in names}}
+
+
+def _band(p: dict[str, Any], n: int, defaults: dict[str, Any]) -> dict[str, Any]:
+    """Map edges to the kept levels K = {k : k/n in band}; canonical band [k_min - 1/2, k_max + 1/2] / n."""
+    rates = [k / n for k in range(n + 1)]
+    if p["inclusive"]:
+        kept = [k for k, r in enumerate(rates) if p["low"] <= r <= p["high"]]
+    else:
+        kept = [k for k, r in enumerate(rates) if p["low"] < r < p["high"]]
+    if not kept:
+        band = {"low": 0.0, "high": 0.5 / n, "inclusive": False}
+        return _reset({**p, **band}, defaults, ("success_threshold", "denominator"))
+    band = {"low": max(0.0, (kept[0] - 0.5) / n), "high": min(1.0, (kept[-1] + 0.5) / n), "inclusive": True}
+    if len(kept) == n + 1:
+        return _reset({**p, **band}, defaults, ("success_threshold", "denominator"))
+    return {**p, **band}
+
+
+def _per_group_fraction(p: dict[str, Any], n: int, count: int) -> dict[str, Any]:
+    return {**p, "f": count / n}
+
+
+def _topk(p: dict[str, Any], n: int, defaults: dict[str, Any]) -> dict[str, Any]:
+    if p["f"] == 1.0:
+        return _reset(p, defaults, ("scope", "agg", "denominator"))
+    if p["scope"] == "group":
+        return _per_group_fraction(p, n, max(1, int(np.ceil(round(p["f"] * n, 9)))))
+    return p
+
+
+def _max_variance(p: dict[str, Any], n: int, defaults: dict[str, Any]) -> dict[str, Any]:
+    return _per_group_fraction(p, n, max(1, int(np.floor(round(p["f"] * n, 9) + 0.5))))
+
+
+def _constant_when(name: str, neutral: float, band: tuple[str, ...]) -> Any:
+    """Reduction for a reweighter whose weights are all 1 when `name` == neutral."""
+
+    def reduce(p: dict[str, Any], n: int, defaults: dict[str, Any]) -> dict[str, Any]:
+        return _reset(p, defaults, band) if p[name] == neutral else p
+
+    return reduce
+
+
+_REDUCTIONS = {
+    "threshold_band": _band,
+    "topk_fraction": _topk,
+    "max_variance": _max_variance,
+    "difficulty_band": _constant_when("focus", 1.0, ("q_low", "q_high", "scope")),
+    "advantage_reweight": _constant_when("alpha", 0.0, ("scope",)),
+    "per_advantage": _constant_when("alpha", 0.0, ("scope", "agg")),
+}

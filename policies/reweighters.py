@@ -1,0 +1,122 @@
+"""Reweighters: scores -> continuous mean-1 weights (DESIGN §4).
+
+norm1(w) = w / mean(w) over the normalisation scope: `batch` (all responses) or `informative`
+(responses with non-zero mean |advantage|; the others carry no gradient and get weight 1).
+
+| name | weight (before norm1) |
+|---|---|
+| softmax | exp((s_i - max s) / T), s = advantage magnitude (= softmax(s / T) up to the norm) |
+| difficulty_band | focus if q_low-quantile <= s_i <= q_high-quantile else 1, s = reward; quantiles (linear interpolation) over the scope |
+| advantage_reweight | token level alpha * p_it + (1 - alpha), p = exp(old_log_probs); mean over valid tokens of the scope |
+| per_advantage | (|s_i| + 1e-8)^alpha, s = advantage magnitude |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from .batch import RolloutBatch, masked_row_sum
+from .params import LessThan, Param
+
+
+@dataclass(frozen=True)
+class Reweighter:
+    """A named weight rule: returns normalised weights, [N] per response or [N, L] per token."""
+
+    name: str
+    scorer: str
+    params: tuple[Param, ...]
+    weigh: Callable[[RolloutBatch, torch.Tensor, dict[str, Any], torch.Tensor], torch.Tensor]
+    constraints: tuple[LessThan, ...] = ()
+
+
+def in_scope(batch: RolloutBatch, scope: str) -> torch.Tensor:
+    """[N] bool: the responses the weights are normalised over."""
+    if scope == "informative":
+        return batch.abs_advantage > 0
+    return torch.ones(batch.num_responses, dtype=torch.bool)
+
+
+def norm1(w: torch.Tensor, scope: torch.Tensor) -> torch.Tensor:
+    """w / mean(w over scope) inside the scope, 1 outside (all 1 when the scope is empty)."""
+    if not scope.any():
+        return torch.ones_like(w)
+    return torch.where(scope, w / w[scope].mean(), torch.ones_like(w))
+
+
+def softmax(batch: RolloutBatch, s: torch.Tensor, p: dict[str, Any], scope: torch.Tensor) -> torch.Tensor:
+    top = s[scope].max() if scope.any() else s.max()
+    return norm1(torch.exp((s - top) / p["temperature"]), scope)
+
+
+def difficulty_band(batch: RolloutBatch, s: torch.Tensor, p: dict[str, Any], scope: torch.Tensor) -> torch.Tensor:
+    if not scope.any():
+        return torch.ones_like(s)
+    q = torch.quantile(s[scope], torch.tensor([p["q_low"], p["q_high"]], dtype=s.dtype))
+    inside = (s >= q[0]) & (s <= q[1])
+    return norm1(torch.where(inside, p["focus"], 1.0).to(torch.float64), scope)
+
+
+def advantage_reweight(batch: RolloutBatch, prob: torch.Tensor, p: dict[str, Any], scope: torch.Tensor) -> torch.Tensor:
+    """One fused pass: w_it = a_i p_it + b_i with a_i = alpha / mu, b_i = (1 - alpha) / mu in scope.
+
+    mu = alpha * mean(p over valid scope tokens) + (1 - alpha); outside the scope a_i = 0, b_i = 1.
+    """
+    alpha = p["alpha"]
+    tokens = batch.token_counts[scope].sum()
+    if tokens == 0:
+        return torch.ones_like(prob)
+    mu = alpha * masked_row_sum(prob, batch.response_mask)[scope].sum() / tokens + (1 - alpha)
+    a = torch.where(scope, alpha / mu, 0.0).to(prob.dtype)
+    b = torch.where(scope, (1 - alpha) / mu, 1.0).to(prob.dtype)
+    return torch.addcmul(b[:, None], prob, a[:, None])
+
+
+def per_advantage(batch: RolloutBatch, s: torch.Tensor, p: dict[str, Any], scope: torch.Tensor) -> torch.Tensor:
+    return norm1((s.abs() + 1e-8) ** p["alpha"], scope)
+
+
+SCOPE = Param(
+    "scope", "choice", "batch", choices=("batch", "informative"),
+    doc="normalise to mean 1 over all responses, or over those with non-zero advantage",
+)
+
+REWEIGHTERS: dict[str, Reweighter] = {
+    r.name: r
+    for r in (
+        Reweighter(
+            "softmax",
+            "advantage_magnitude",
+            (Param("temperature", "float", 1.0, low=0.0, low_open=True, log=True, search=(0.01, 10.0),
+                   doc="softmax temperature T"), SCOPE),
+            softmax,
+        ),
+        Reweighter(
+            "difficulty_band",
+            "reward",
+            (
+                Param("q_low", "float", 0.25, low=0.0, high=1.0, high_open=True, doc="lower quantile of the band"),
+                Param("q_high", "float", 0.75, low=0.0, high=1.0, low_open=True, doc="upper quantile of the band"),
+                Param("focus", "float", 2.0, low=1.0, search=(1.0, 8.0), doc="weight inside the band before norm1"),
+                SCOPE,
+            ),
+            difficulty_band,
+            (LessThan("q_low", "q_high"),),
+        ),
+        Reweighter(
+            "advantage_reweight",
+            "token_prob",
+            (Param("alpha", "float", 0.5, low=0.0, high=1.0, doc="mix between token probability and 1"), SCOPE),
+            advantage_reweight,
+        ),
+        Reweighter(
+            "per_advantage",
+            "advantage_magnitude",
+            (Param("alpha", "float", 1.0, low=0.0, search=(0.0, 3.0), doc="priority exponent"), SCOPE),
+            per_advantage,
+        ),
+    )
+}

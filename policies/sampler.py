@@ -1,0 +1,84 @@
+"""Seeded domain sampler: turns proportions into a concrete prompt batch.
+
+Counts are the largest-remainder rounding of p * B (floor everything, then hand the leftover
+units to the largest fractional parts, ties to the lower domain index). Each domain has its own
+stream: a numpy Generator spawned from the seed walks through seeded permutations of the
+domain's pool, reshuffling when a pass is exhausted, so a domain's draws do not depend on what
+the other domains drew.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SamplerDraw:
+    """One batch: per prompt its domain and index within the domain pool; counts per domain [K]."""
+
+    domain: np.ndarray
+    index: np.ndarray
+    counts: np.ndarray
+
+
+def largest_remainder(proportions: np.ndarray, total: int) -> np.ndarray:
+    """[K] non-negative ints summing to `total`, the largest-remainder rounding of p * total."""
+    raw = np.round(np.asarray(proportions, dtype=float) * total, 9)
+    counts = np.floor(raw).astype(np.int64)
+    order = np.argsort(-(raw - counts), kind="stable")
+    counts[order[: total - counts.sum()]] += 1
+    return counts
+
+
+class DomainSampler:
+    """Draws (domain, index) pairs for a batch from per-domain seeded permutation streams."""
+
+    def __init__(self, pool_sizes: list[int], seed: int):
+        if not pool_sizes or any(int(s) < 0 for s in pool_sizes):
+            raise ValueError(f"pool_sizes must be a non-empty list of sizes >= 0; got {pool_sizes}")
+        self.pool_sizes = [int(s) for s in pool_sizes]
+        self.rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(pool_sizes))]
+        self.perms = [rng.permutation(size) for rng, size in zip(self.rngs, self.pool_sizes)]
+        self.pos = [0] * len(pool_sizes)
+
+    def draw(self, proportions: np.ndarray, batch_size: int) -> SamplerDraw:
+        p = np.asarray(proportions, dtype=float)
+        k = len(self.pool_sizes)
+        if p.shape != (k,) or not np.isfinite(p).all() or (p < 0).any() or abs(p.sum() - 1) > 1e-6:
+            raise ValueError(f"proportions must be {k} non-negative numbers summing to 1; got {p.tolist()}")
+        if batch_size < 0:
+            raise ValueError(f"batch_size must be >= 0; got {batch_size}")
+        counts = largest_remainder(p / p.sum(), batch_size)
+        empty = [d for d in range(k) if counts[d] and not self.pool_sizes[d]]
+        if empty:
+            raise ValueError(f"domain {empty[0]} has an empty pool but was assigned {counts[empty[0]]} prompts")
+        index = np.concatenate([self._take(d, int(c)) for d, c in enumerate(counts)])
+        return SamplerDraw(np.repeat(np.arange(k), counts), index, counts)
+
+    def _take(self, d: int, count: int) -> np.ndarray:
+        """The next `count` indices of domain d's stream."""
+        taken: list[np.ndarray] = []
+        while count > 0:
+            if self.pos[d] == self.pool_sizes[d]:
+                self.perms[d], self.pos[d] = self.rngs[d].permutation(self.pool_sizes[d]), 0
+            chunk = self.perms[d][self.pos[d] : self.pos[d] + count]
+            self.pos[d] += len(chunk)
+            count -= len(chunk)
+            taken.append(chunk)
+        return np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "rngs": [rng.bit_generator.state for rng in self.rngs],
+            "perms": [perm.tolist() for perm in self.perms],
+            "pos": list(self.pos),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for rng, s in zip(self.rngs, state["rngs"]):
+            rng.bit_generator.state = s
+        self.perms = [np.asarray(p, dtype=np.int64) for p in state["perms"]]
+        self.pos = list(state["pos"])

@@ -1,0 +1,76 @@
+"""Scorers: signals -> one score per response ([N] float64) or per token ([N, L]).
+
+| name | score |
+|---|---|
+| reward | s_i = R_i |
+| advantage_magnitude | s_i = sum_t |A_it| m_it / L_i (agg=mean), the sum, or max_t |A_it| m_it |
+| group_solve_rate | s_i = mean_{j in G(i)} 1[R_j > success_threshold] |
+| token_prob | s_it = exp(old_log_probs_it) |
+| response_length | s_i = L_i |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from .batch import RolloutBatch, masked_row_sum
+from .params import Param
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """A named score function with its declared options."""
+
+    name: str
+    params: tuple[Param, ...]
+    score: Callable[[RolloutBatch, dict[str, Any]], torch.Tensor]
+    token_level: bool = False
+
+
+def reward(batch: RolloutBatch, p: dict[str, Any]) -> torch.Tensor:
+    return batch.reward.to(torch.float64)
+
+
+def advantage_magnitude(batch: RolloutBatch, p: dict[str, Any]) -> torch.Tensor:
+    if p["agg"] == "mean":
+        return batch.abs_advantage
+    if p["agg"] == "sum":
+        return masked_row_sum(batch.advantages.abs(), batch.response_mask)
+    return (batch.advantages.abs() * batch.response_mask).amax(dim=1).to(torch.float64)
+
+
+def group_solve_rate(batch: RolloutBatch, p: dict[str, Any]) -> torch.Tensor:
+    solved = (batch.reward > p["success_threshold"]).to(torch.float64)
+    return batch.group_mean(solved)[batch.group_index]
+
+
+def token_prob(batch: RolloutBatch, p: dict[str, Any]) -> torch.Tensor:
+    return batch.old_log_probs.exp()
+
+
+def response_length(batch: RolloutBatch, p: dict[str, Any]) -> torch.Tensor:
+    return batch.lengths
+
+
+SCORERS: dict[str, Scorer] = {
+    s.name: s
+    for s in (
+        Scorer("reward", (), reward),
+        Scorer(
+            "advantage_magnitude",
+            (Param("agg", "choice", "mean", choices=("mean", "sum", "max"), searchable=False,
+                   doc="how |A_it| is aggregated over the response's valid tokens"),),
+            advantage_magnitude,
+        ),
+        Scorer(
+            "group_solve_rate",
+            (Param("success_threshold", "float", 0.5, searchable=False, doc="a response counts as solved iff R_i > this"),),
+            group_solve_rate,
+        ),
+        Scorer("token_prob", (), token_prob, token_level=True),
+        Scorer("response_length", (), response_length),
+    )
+}
