@@ -1,0 +1,238 @@
+"""Paired scheduler: whole arms continue or stop at milestone rungs, on paired deltas against the control.
+
+`RungBook` is the pure bookkeeping (scores in, rung decisions and per-trial actions out) and can be
+driven by a scripted run without Ray. `PairedScheduler` is the Ray Tune `TrialScheduler` glue.
+
+Semantics. Rungs are the milestone steps before the last (at or after a grace step). For a
+searched arm A at rung r, the decision waits until A has a score at r for every seed of the
+search and the control has a score at r for those same seeds (seeds whose trial failed, for A or
+for the control, are left out). Then d[A][s] = score(A, s, r) - score(control, s, r) and
+`rungs.decide(A, deltas_r, rule)` decides once, where deltas_r holds every arm decided at r
+before A (asynchronous ASHA), A itself, and the control with d = 0 at each of its seeds, so an arm
+credibly worse than uniform GRPO stops too. The control is never stopped and never waits.
+
+A trial that reports a rung whose decision is still open waits (Tune PAUSE; it restarts later
+from the backend's own milestone checkpoint); when the decision is made, every trial of the arm
+continues, or every trial of the arm stops.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+
+from tune_dfrl.rungs import RungDecision, RungRule, decide
+
+if TYPE_CHECKING:
+    from ray.tune.execution.tune_controller import TuneController
+
+CONTINUE, WAIT, STOP = "continue", "wait", "stop"
+SCHEDULERS = ("paired_asha", "race", "asha", "fifo")
+
+
+@dataclass(frozen=True)
+class ArmDecision:
+    """One rung decision: arm `arm` at rung step `rung`, with the seeds it was decided on."""
+
+    arm: str
+    rung: int
+    seeds: tuple[int, ...]
+    decision: RungDecision
+
+
+def rung_steps(milestones: Sequence[int], grace_steps: int = 0) -> tuple[int, ...]:
+    """The rungs: every milestone before the last that is at or after `grace_steps`."""
+    ordered = sorted(set(milestones))
+    return tuple(step for step in ordered[:-1] if step >= grace_steps)
+
+
+class RungBook:
+    """Pure per-arm rung bookkeeping (see the module docstring for the rules)."""
+
+    def __init__(self, rule: RungRule, rungs: Iterable[int], control: str, seeds: Iterable[int]) -> None:
+        self.rule = rule
+        self.rungs = tuple(sorted(rungs))
+        self.control = control
+        self.seeds = tuple(seeds)
+        self._scores: dict[tuple[str, int], dict[int, float]] = {}  # (arm, rung) -> seed -> score
+        self._failed: dict[str, set[int]] = {}  # arm -> seeds whose trial failed
+        self._arms: list[str] = []  # searched arms in order of first appearance
+        self.decisions: dict[tuple[str, int], ArmDecision] = {}  # (arm, rung) -> decision
+        self._decided_at: dict[int, list[str]] = {rung: [] for rung in self.rungs}  # rung -> arms, in order
+
+    def observe(self, arm: str, seed: int, step: int, score: float) -> list[ArmDecision]:
+        """Record score(arm, seed, step); return the rung decisions this made possible.
+
+        A repeated (arm, seed, step) keeps its first score (a resumed trial may report a milestone twice).
+        """
+        self._register(arm)
+        if step in self._decided_at:
+            self._scores.setdefault((arm, step), {}).setdefault(seed, float(score))
+        return self._decide_ready()
+
+    def fail(self, arm: str, seed: int) -> list[ArmDecision]:
+        """Leave (arm, seed) out from now on (its trial failed); return the decisions this made possible."""
+        self._register(arm)
+        self._failed.setdefault(arm, set()).add(seed)
+        return self._decide_ready()
+
+    def action(self, arm: str, step: int) -> str:
+        """What a trial of `arm` that has reached `step` does next: CONTINUE, WAIT or STOP."""
+        if arm == self.control:
+            return CONTINUE
+        passed = [rung for rung in self.rungs if rung <= step]
+        if any(not self.decisions[(arm, rung)].decision.keep for rung in passed if (arm, rung) in self.decisions):
+            return STOP
+        if any((arm, rung) not in self.decisions for rung in passed):
+            return WAIT
+        return CONTINUE
+
+    def stopped(self, arm: str) -> ArmDecision | None:
+        """The decision that stopped `arm`, or None while it runs."""
+        return next((d for d in self.decisions.values() if d.arm == arm and not d.decision.keep), None)
+
+    def _register(self, arm: str) -> None:
+        if arm != self.control and arm not in self._arms:
+            self._arms.append(arm)
+
+    def _seeds_for(self, arm: str) -> tuple[int, ...]:
+        left_out = self._failed.get(arm, set()) | self._failed.get(self.control, set())
+        return tuple(seed for seed in self.seeds if seed not in left_out)
+
+    def _decide_ready(self) -> list[ArmDecision]:
+        made: list[ArmDecision] = []
+        for rung in self.rungs:
+            for arm in self._arms:
+                earlier_open = any((arm, earlier) not in self.decisions for earlier in self.rungs if earlier < rung)
+                if (arm, rung) in self.decisions or earlier_open or self.stopped(arm):
+                    continue
+                seeds = self._seeds_for(arm)
+                mine = self._scores.get((arm, rung), {})
+                control = self._scores.get((self.control, rung), {})
+                if not seeds or any(seed not in mine or seed not in control for seed in seeds):
+                    continue
+                made.append(self._decide(arm, rung, seeds, mine, control))
+        return made
+
+    def _decide(
+        self, arm: str, rung: int, seeds: tuple[int, ...], mine: dict[int, float], control: dict[int, float]
+    ) -> ArmDecision:
+        table = {other: self._deltas(other, rung) for other in self._decided_at[rung]}
+        table[arm] = {seed: mine[seed] - control[seed] for seed in seeds}
+        table[self.control] = {seed: 0.0 for seed in control}
+        decided = ArmDecision(arm, rung, seeds, decide(arm, table, self.rule))
+        self.decisions[(arm, rung)] = decided
+        self._decided_at[rung].append(arm)
+        return decided
+
+    def _deltas(self, arm: str, rung: int) -> dict[int, float]:
+        """The paired deltas an already decided arm was decided on."""
+        mine, control = self._scores[(arm, rung)], self._scores[(self.control, rung)]
+        return {seed: mine[seed] - control[seed] for seed in self.decisions[(arm, rung)].seeds}
+
+
+class PairedScheduler(TrialScheduler):
+    """Ray Tune glue around `RungBook`: trial configs carry `arm.arm_id` and `seed`; `step` is in every result."""
+
+    def __init__(
+        self,
+        book: RungBook,
+        metric: str,
+        on_decision: Callable[[ArmDecision], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self.book = book
+        self._metric = metric
+        self._on_decision = on_decision
+        self._reached: dict[str, int] = {}  # trial id -> last step reported
+
+    def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
+        return metric in (None, self._metric) and mode in (None, "max")
+
+    def on_trial_add(self, tune_controller: TuneController, trial: Trial) -> None:
+        pass
+
+    def on_trial_result(self, tune_controller: TuneController, trial: Trial, result: dict) -> str:
+        arm, seed = _cell(trial)
+        step = int(result["step"])
+        self._reached[trial.trial_id] = step
+        self._apply(tune_controller, self.book.observe(arm, seed, step, float(result[self._metric])), trial)
+        return {CONTINUE: self.CONTINUE, WAIT: self.PAUSE, STOP: self.STOP}[self.book.action(arm, step)]
+
+    def on_trial_error(self, tune_controller: TuneController, trial: Trial) -> None:
+        self._apply(tune_controller, self.book.fail(*_cell(trial)), trial)
+
+    def on_trial_complete(self, tune_controller: TuneController, trial: Trial, result: dict) -> None:
+        pass
+
+    def on_trial_remove(self, tune_controller: TuneController, trial: Trial) -> None:
+        pass
+
+    def choose_trial_to_run(self, tune_controller: TuneController) -> Trial | None:
+        """Resume a waiting trial whose rung is now decided (oldest first), else the oldest pending trial."""
+        trials = tune_controller.get_trials()
+        for trial in trials:
+            if trial.status == Trial.PAUSED and self._next(trial) == CONTINUE:
+                return trial
+        return next((trial for trial in trials if trial.status == Trial.PENDING), None)
+
+    def debug_string(self) -> str:
+        stopped = {d.arm for d in self.book.decisions.values() if not d.decision.keep}
+        return f"PairedScheduler({self.book.rule.mode}): {len(self.book.decisions)} rung decisions, {len(stopped)} arms stopped"
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump({"book": self.book, "reached": self._reached}, f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as f:
+            state = pickle.load(f)
+        self.book, self._reached = state["book"], state["reached"]
+
+    def _next(self, trial: Trial) -> str:
+        return self.book.action(_cell(trial)[0], self._reached.get(trial.trial_id, 0))
+
+    def _apply(self, tune_controller: TuneController, made: list[ArmDecision], current: Trial) -> None:
+        """Report new decisions; stop every waiting or not-yet-started trial of a stopped arm."""
+        for decided in made:
+            if self._on_decision is not None:
+                self._on_decision(decided)
+            if decided.decision.keep:
+                continue
+            for trial in tune_controller.get_trials():
+                if trial is not current and trial.status in (Trial.PAUSED, Trial.PENDING) and _cell(trial)[0] == decided.arm:
+                    tune_controller.stop_trial(trial)
+
+
+def _cell(trial: Trial) -> tuple[str, int]:
+    return trial.config["arm"]["arm_id"], int(trial.config["seed"])
+
+
+def make_scheduler(
+    name: str,
+    *,
+    metric: str,
+    control: str,
+    seeds: Sequence[int],
+    milestones: Sequence[int],
+    eta: float = 3.0,
+    confidence: float = 0.8,
+    min_seeds: int = 2,
+    grace_steps: int = 0,
+    on_decision: Callable[[ArmDecision], None] | None = None,
+) -> TrialScheduler:
+    """`paired_asha` / `race` (paired, per arm), Ray's plain per-trial `asha`, or `fifo` (no stopping)."""
+    if name in ("paired_asha", "race"):
+        book = RungBook(RungRule(name, eta, confidence, min_seeds), rung_steps(milestones, grace_steps), control, seeds)
+        return PairedScheduler(book, metric, on_decision)
+    if name == "asha":
+        first = min(step for step in milestones if step >= grace_steps)
+        return ASHAScheduler(time_attr="step", max_t=max(milestones), grace_period=first, reduction_factor=eta)
+    if name == "fifo":
+        return FIFOScheduler()
+    raise ValueError(f"unknown scheduler {name!r}; allowed: {', '.join(SCHEDULERS)}")
