@@ -1,0 +1,268 @@
+"""Rendering of a report summary (the dict of `tune_dfrl.report.analyze`).
+
+Markdown, self-contained HTML (figures embedded as base64 PNG) and the rich console summary
+share one document model: sections of paragraphs, tables and figures. Figures: a forest plot of
+the paired deltas with their intervals per arm and aggregation, and, when the table has
+milestones, learning curves of the paired delta vs training step.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.markup import escape  # noqa: E402
+from rich.table import Table as RichTable  # noqa: E402
+
+from tune_dfrl.scores import ScoreTable  # noqa: E402
+
+VERDICT_COLORS = {"better": "#1a9850", "worse": "#d73027", "equivalent": "#4575b4", "inconclusive": "#7f7f7f"}
+
+
+@dataclass
+class Table:
+    columns: list[str]
+    rows: list[list[str]]
+    caption: str = ""
+
+
+@dataclass
+class Section:
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    figures: list[str] = field(default_factory=list)  # keys into the figure paths
+
+
+def _num(value: float | None, spec: str = "+.2f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    return "—" if low is None or high is None else f"[{low:+.2f}, {high:+.2f}]"
+
+
+def verdict_table(summary: dict, name: str, compact: bool = False) -> Table:
+    """Control and arms (best mean first) under one aggregation."""
+    control = summary["control"]
+    alpha = summary["alpha"]
+    full = ["arm", "mean", "Δ", "Holm CI (level)", f"t {1 - alpha:.0%} CI", f"BCa {1 - alpha:.0%} CI", "p", "p Holm",
+            "p perm", "p perm Holm", "TOST p", "MDE", f"seeds for ±{summary['equivalence_margin']:g}", "verdict"]
+    short = ["arm", "mean", "Δ", "Holm CI (level)", f"t {1 - alpha:.0%} CI", "p Holm", "verdict"]
+    rows = []
+    for arm in summary["ranking"][name]:
+        if arm == control:
+            cells = {"arm": f"{arm} (control)", "mean": _num(summary["means"][name][arm], ".2f")}
+        else:
+            s = summary["arms"][arm][name]
+            cells = {"arm": arm, "mean": _num(s["mean"], ".2f"), "Δ": _num(s["delta"]),
+                     "Holm CI (level)": f"{_interval(s['ci_low'], s['ci_high'])} ({s['level']:.2%})",
+                     full[4]: _interval(s["t_low"], s["t_high"]), full[5]: _interval(s["bca_low"], s["bca_high"]),
+                     "p": _num(s["p"], ".3f"), "p Holm": _num(s["p_holm"], ".3f"), "p perm": _num(s["p_perm"], ".3f"),
+                     "p perm Holm": _num(s["p_perm_holm"], ".3f"), "TOST p": _num(s["tost_p"], ".3f"),
+                     "MDE": _num(s["mde"], ".2f"), full[12]: str(s["seeds_needed"]), "verdict": s["verdict"]}
+        columns = short if compact else full
+        rows.append([cells.get(c, "") for c in columns])
+    return Table(short if compact else full, rows, caption=f"aggregation `{name}`")
+
+
+def _rank_tables(summary: dict) -> list[Table]:
+    pairs = Table(["aggregations", "Spearman ρ", "Kendall τ"],
+                  [[pair, _num(r["spearman"], "+.3f"), _num(r["kendall"], "+.3f")] for pair, r in summary["rank_correlation"].items()],
+                  caption="rank agreement of the arm means (control included) between aggregations")
+    ranges = Table(["aggregation", "range (max − min of arm means)", "ranking (best first)"],
+                   [[name, _num(summary["range"][name], ".3f"), ", ".join(summary["ranking"][name])] for name in summary["aggregations"]])
+    return [pairs, ranges]
+
+
+def _leave_out_table(summary: dict) -> Table:
+    rows = []
+    for name, kinds in summary["robustness"].items():
+        for kind, r in kinds.items():
+            changes = {a: c for per in r["left_out"].values() for a, c in per["verdict_changes"].items()}
+            rows.append([name, {"lobo": "one benchmark", "lodo": "one domain"}[kind], _num(r["min_kendall"], "+.3f"),
+                         r["min_at"], ", ".join(f"{a} ({c})" for a, c in changes.items()) or "none"])
+    return Table(["aggregation", "left out", "min Kendall τ", "at", "arms whose verdict changes"], rows,
+                 caption="Kendall τ between the full ranking and the ranking with one benchmark / domain left out")
+
+
+def _best_table(summary: dict) -> Table:
+    names = summary["aggregations"]
+    arms = summary["ranking"][summary["primary"]]
+    prob = summary["prob_best"]
+    rows = [[arm] + [_num(prob[n][arm], ".1%") if prob[n] else "—" for n in names] for arm in arms]
+    k = summary["flip_k"]
+    rows.append([f"winner-flip rate (k={k}, {summary['flip_subsets'] or 0} subsets)"]
+                + [_num(summary["winner_flip_rate"][n], ".1%") for n in names])
+    return Table(["arm"] + names, rows, caption="probability of being best (joint seed bootstrap) and winner-flip rate")
+
+
+def sections(summary: dict, table: ScoreTable, figures: dict[str, Path]) -> list[Section]:
+    """The report document, top to bottom."""
+    rec = summary["recommendation"]
+    source = ", ".join(f"{k}={v}" for k, v in summary["source"].items() if v)
+    head = Section("Recommendation", [
+        f"**Recommended: `{rec['arm']}`** ({'the control' if rec['is_control'] else 'credible winner'}) — {rec['reason']}.",
+        f"Point-best arm on `{rec['aggregation']}`: `{rec['point_best']}` (never selected on its mean alone).",
+        f"Control `{summary['control']}`; seeds {', '.join(map(str, summary['seeds']))}; aggregations "
+        f"{', '.join(summary['aggregations'])} (primary `{summary['primary']}`); equivalence margin "
+        f"±{summary['equivalence_margin']:g} points; α = {summary['alpha']}.",
+        f"Decision rule: {summary['decision_rule']}",
+        f"Source: {source}.",
+    ])
+    out = [head, Section("Verdicts", tables=[verdict_table(summary, n) for n in summary["aggregations"]]),
+           Section("Forest plot", ["Paired Δ vs the control: thick bar the unadjusted t-interval, thin line the "
+                                   "Holm-adjusted interval that decides, dotted the BCa interval, shaded ±margin."],
+                   figures=["forest"])]
+    if "curves" in figures:
+        out.append(Section("Learning curves", [f"Paired Δ on `{summary['primary']}` vs training step with its "
+                                               f"{1 - summary['alpha']:.0%} t-interval band."], figures=["curves"]))
+    out += [
+        Section("Probability of being best and winner flips", tables=[_best_table(summary)]),
+        Section("Rank robustness across aggregations", tables=_rank_tables(summary)),
+        Section("Leave-one-out robustness", tables=[_leave_out_table(summary)]),
+        Section("Benchmarks", [f"Subset `{s}`: {', '.join(m)}" for s, m in table.bench.subsets.items()],
+                tables=[Table(["benchmark", "domain", "items"], [[b.name, b.domain, str(b.items)] for b in table.bench.benchmarks])]),
+    ]
+    if summary["notes"]:
+        out.append(Section("Notes and exclusions", list(summary["notes"])))
+    return out
+
+
+# ------------------------------------------------------------------------------------ figures
+
+
+def forest_plot(summary: dict, path: Path) -> Path:
+    """Per aggregation (panel) and arm (row): Δ, t-interval, Holm-adjusted interval, BCa interval."""
+    names = summary["aggregations"]
+    arms = [a for a in summary["ranking"][summary["primary"]] if a in summary["arms"]]
+    margin = summary["equivalence_margin"]
+    fig, axes = plt.subplots(1, len(names), figsize=(2.8 * len(names) + 1.6, 0.42 * len(arms) + 1.5), sharey=True, squeeze=False)
+    for ax, name in zip(axes[0], names):
+        stats = [summary["arms"][arm][name] for arm in arms]
+        for y, s in enumerate(stats):
+            color = VERDICT_COLORS[s["verdict"]]
+            ax.plot([s["ci_low"], s["ci_high"]], [y, y], color=color, lw=1)
+            ax.plot([s["t_low"], s["t_high"]], [y, y], color=color, lw=5, alpha=0.45, solid_capstyle="butt")
+            if s["bca_low"] is not None:
+                ax.plot([s["bca_low"], s["bca_high"]], [y + 0.25, y + 0.25], color=color, lw=1, ls=":")
+            ax.plot(s["delta"], y, "o", color=color, ms=5)
+        shown = [v for s in stats for v in (s["t_low"], s["t_high"], s["bca_low"], s["bca_high"]) if v is not None]
+        low, high = min(shown + [-margin]), max(shown + [margin])
+        pad = 0.12 * (high - low)
+        ax.set_xlim(low - pad, high + pad)
+        ax.axvspan(-margin, margin, color="#cccccc", alpha=0.35, lw=0)
+        ax.axvline(0.0, color="black", lw=0.8)
+        ax.set_title(name)
+        ax.set_xlabel("paired Δ vs control (points)")
+    axes[0][0].set_yticks(range(len(arms)), arms)
+    axes[0][0].invert_yaxis()
+    handles = [plt.Line2D([], [], color=c, marker="o", lw=1, label=v) for v, c in VERDICT_COLORS.items()]
+    fig.legend(handles=handles, loc="lower center", ncol=4, frameon=False, fontsize=8)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def learning_curves(summary: dict, path: Path) -> Path:
+    """Paired Δ (primary aggregation) vs step per arm with its t-interval band."""
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for arm, points in summary["curves"].items():
+        steps = [p["step"] for p in points]
+        line, = ax.plot(steps, [p["delta"] for p in points], marker="o", ms=3, label=arm)
+        ax.fill_between(steps, [p["ci_low"] for p in points], [p["ci_high"] for p in points], color=line.get_color(), alpha=0.15)
+    margin = summary["equivalence_margin"]
+    ax.axhspan(-margin, margin, color="#cccccc", alpha=0.35, lw=0)
+    ax.axhline(0.0, color="black", lw=0.8)
+    ax.set_xlabel("training step")
+    ax.set_ylabel(f"paired Δ {summary['primary']} vs {summary['control']} (points)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------------- documents
+
+
+def markdown(parts: list[Section], figures: dict[str, Path]) -> str:
+    lines = ["# tune_dfrl report", ""]
+    for section in parts:
+        lines += [f"## {section.title}", ""]
+        for paragraph in section.paragraphs:
+            lines += [paragraph, ""]
+        for table in section.tables:
+            if table.caption:
+                lines += [f"*{table.caption}*", ""]
+            lines.append("| " + " | ".join(table.columns) + " |")
+            lines.append("|" + "---|" * len(table.columns))
+            lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in table.rows]
+            lines.append("")
+        for key in section.figures:
+            lines += [f"![{key}]({figures[key].name})", ""]
+    return "\n".join(lines)
+
+
+def _inline(text: str) -> str:
+    """Escape, then render the two Markdown marks the report uses (**bold**, `code`)."""
+    out = html.escape(text)
+    for mark, tag in (("**", "strong"), ("`", "code")):
+        pieces = out.split(mark)
+        out = "".join(p if i % 2 == 0 else f"<{tag}>{p}</{tag}>" for i, p in enumerate(pieces))
+    return out
+
+
+def html_document(parts: list[Section], figures: dict[str, Path]) -> str:
+    body = ["<h1>tune_dfrl report</h1>"]
+    for section in parts:
+        body.append(f"<h2>{html.escape(section.title)}</h2>")
+        body += [f"<p>{_inline(p)}</p>" for p in section.paragraphs]
+        for table in section.tables:
+            head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
+            rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in table.rows)
+            body.append(f"<table><caption>{_inline(table.caption)}</caption><tr>{head}</tr>{rows}</table>")
+        for key in section.figures:
+            data = base64.b64encode(figures[key].read_bytes()).decode()
+            body.append(f'<img alt="{key}" src="data:image/png;base64,{data}">')
+    style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;color:#222}"
+             "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px}"
+             "th{background:#f0f0f0}caption{text-align:left;font-style:italic;padding:4px}img{max-width:100%}")
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>tune_dfrl report</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
+
+
+def write_report(summary: dict, table: ScoreTable, out_dir: Path) -> dict[str, Path]:
+    """Write summary.json, report.md, report.html, forest.png (+ curves.png) into out_dir."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figures = {"forest": forest_plot(summary, out_dir / "forest.png")}
+    if summary["curves"]:
+        figures["curves"] = learning_curves(summary, out_dir / "curves.png")
+    parts = sections(summary, table, figures)
+    paths = {"summary": out_dir / "summary.json", "markdown": out_dir / "report.md", "html": out_dir / "report.html"}
+    paths["summary"].write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+    paths["markdown"].write_text(markdown(parts, figures))
+    paths["html"].write_text(html_document(parts, figures))
+    return {**paths, **figures}
+
+
+def print_summary(summary: dict, console: Console | None = None) -> None:
+    """Console summary: verdicts on the primary aggregation, recommendation, rank agreement, ranges."""
+    console = console or Console()
+    for table in [verdict_table(summary, summary["primary"], compact=True), *_rank_tables(summary)]:
+        rich = RichTable(*table.columns, title=table.caption.replace("`", ""))
+        for row in table.rows:
+            rich.add_row(*(escape(cell) for cell in row))
+        console.print(rich)
+    rec = summary["recommendation"]
+    console.print(f"[bold]recommended:[/bold] {escape(rec['arm'])} — {escape(rec['reason'])}")

@@ -1,0 +1,296 @@
+"""The report: which arms credibly beat the control, and how robust any ranking is (DESIGN §6-§7).
+
+    python -m tune_dfrl.report runs=../shared/data/dataflex_rl_all_runs_171.csv control=baseline \\
+        filter.campaign=main filter.model=Qwen2.5-7B-Instruct out=report_main_7b
+    python -m tune_dfrl.report runs=OUT                  # a search's output directory (results.jsonl)
+    python -m tune_dfrl.report experiment=NAME mlflow.tracking_uri=sqlite:////abs/mlflow.db
+
+`analyze(table, control, ...)` returns the `summary.json` dict. Per arm and aggregation it holds
+the paired statistics of `tune_dfrl.stats.paired_verdicts` (Holm family = all compared arms,
+separately per aggregation) and the power figures; the recommendation follows DESIGN §7 on the
+primary (first) aggregation. The joint analyses (probability of being best, winner-flip rate) use
+the seeds every compared arm shares with the control. Arm means (for rankings and ranges) are
+taken over the seeds each arm shares with the control; the control's over all its seeds.
+
+An arm sharing fewer than 2 seeds with the control is excluded and listed in `excluded`; seeds
+of an arm without a control run are ignored and listed in `notes`.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tune_dfrl.aggregate import aggregate, check_aggregations, default_aggregations, members
+from tune_dfrl.render import print_summary, write_report
+from tune_dfrl.scores import BenchmarkSet, ScoreTable, load_csv, load_mlflow, load_results
+from tune_dfrl.stats import (
+    paired_verdicts,
+    power_figures,
+    prob_best,
+    rank_agreement,
+    recommend,
+    t_interval,
+    winner_flip_rate,
+)
+
+__all__ = ["analyze", "write_report", "print_summary", "log_report", "default_control"]
+
+CONTROL_METHODS = ("baseline", "static")
+DECISION_RULE = (
+    "better/worse: the Holm-adjusted paired t-interval (ci_low, ci_high) lies above/below 0, equivalently "
+    "p_holm < alpha; equivalent: TOST, the (1 - 2 alpha) paired t-interval lies inside +-margin; otherwise "
+    "inconclusive. BCa intervals and permutation p-values are reported, not deciding."
+)
+BCA_RELIABLE_SEEDS = 8
+
+
+def default_control(table: ScoreTable) -> str:
+    """The one arm whose method (or name) is baseline or static; else an error asking for control=."""
+    found = [arm for arm in table.arms
+             if arm in CONTROL_METHODS or table.arm_info.get(arm, {}).get("method") in CONTROL_METHODS]
+    if len(found) != 1:
+        raise ValueError(f"cannot infer the control arm ({len(found)} candidates among {table.arms}); set control=NAME")
+    return found[0]
+
+
+class _Scores:
+    """Aggregated score matrices [arm x control seed] of the final milestones, NaN where a run is missing."""
+
+    def __init__(self, table: ScoreTable, control: str, arms: list[str], seeds: list[int]):
+        self.bench = table.bench
+        self.runs = table.runs()
+        self.index, self.seeds = [control, *arms], seeds
+
+    def matrix(self, name: str, drop: tuple[str, ...] = ()) -> pd.DataFrame:
+        values = aggregate(self.runs.accuracy, name, self.bench, self.runs.length_chars, drop)
+        frame = self.runs.keys.assign(score=values)
+        return frame.pivot(index="arm", columns="seed", values="score").reindex(index=self.index, columns=self.seeds)
+
+
+def _pair_arms(keys: pd.DataFrame, control: str) -> tuple[list[int], list[str], dict[str, str], list[str]]:
+    """(control seeds, compared arms, excluded {arm: reason}, notes) from the runs' (arm, seed) keys."""
+    seeds_of = keys.groupby("arm")["seed"].agg(lambda s: sorted(set(s)))
+    control_seeds = seeds_of[control]
+    arms, excluded, notes = [], {}, []
+    for arm, seeds in seeds_of.items():
+        if arm == control:
+            continue
+        shared = sorted(set(seeds) & set(control_seeds))
+        if len(shared) < 2:
+            excluded[arm] = (f"shares {len(shared)} seed(s) with the control {control!r} (arm seeds {seeds}, control seeds "
+                             f"{control_seeds}); a paired comparison needs at least 2")
+            continue
+        arms.append(arm)
+        if unpaired := sorted(set(seeds) - set(control_seeds)):
+            notes.append(f"arm {arm!r}: seeds {unpaired} have no control run and are ignored")
+        if lacking := sorted(set(control_seeds) - set(seeds)):
+            notes.append(f"arm {arm!r}: no run at control seeds {lacking}; compared on {len(shared)} seeds")
+    if not arms:
+        raise ValueError(f"no arm shares at least 2 seeds with the control {control!r}: {excluded or 'the table has no other arm'}")
+    return control_seeds, arms, excluded, notes
+
+
+def _robustness(scores: _Scores, name: str, means: pd.Series, verdicts: dict[str, str], delta: float, alpha: float) -> dict:
+    """Leave-one-benchmark-out and leave-one-domain-out: Kendall/Spearman vs the full ranking, verdict changes."""
+    used = members(name, scores.bench)
+    left_out = {
+        "lobo": {b: (b,) for b in used},
+        "lodo": {d: tuple(b.name for b in scores.bench.benchmarks if b.domain == d) for d in scores.bench.domains},
+    }
+    out = {}
+    for kind, drops in left_out.items():
+        per = {}
+        for key, drop in drops.items():
+            if set(used) <= set(drop) or not set(used) & set(drop):
+                continue  # nothing left, or nothing changes
+            matrix = scores.matrix(name, drop)
+            reduced = paired_verdicts(matrix.iloc[0].to_numpy(), {a: matrix.loc[a].to_numpy() for a in verdicts}, delta, alpha)
+            changes = {a: f"{verdicts[a]} -> {v.verdict}" for a, v in reduced.items() if v.verdict != verdicts[a]}
+            reduced_means = matrix.mean(axis=1)
+            per[key] = {**rank_agreement(means.to_numpy(), reduced_means.to_numpy()),
+                        "winner": str(reduced_means.idxmax()), "verdict_changes": changes}
+        if per:
+            worst = min(per, key=lambda k: np.nan_to_num(per[k]["kendall"], nan=np.inf))
+            out[kind] = {"min_kendall": per[worst]["kendall"], "min_at": worst,
+                         "arms_changing_verdict": sorted({a for v in per.values() for a in v["verdict_changes"]}),
+                         "left_out": per}
+    return out
+
+
+def _curves(table: ScoreTable, name: str, control: str, arms: list[str], alpha: float) -> dict[str, list[dict]]:
+    """Paired delta vs step (primary aggregation) with the (1 - alpha) t-interval, at steps with >= 2 paired seeds."""
+    if not table.has_steps or table.frame["step"].nunique() < 2:
+        return {}
+    runs = table.runs()
+    frame = runs.keys.assign(score=aggregate(runs.accuracy, name, table.bench, runs.length_chars))
+    base = frame[frame["arm"] == control][["seed", "step", "score"]].rename(columns={"score": "control"})
+    paired = frame[frame["arm"].isin(arms)].merge(base, on=["seed", "step"])
+    paired["d"] = paired["score"] - paired["control"]
+    g = paired.groupby(["arm", "step"])["d"].agg(["mean", "std", "count"]).reset_index()
+    g = g[g["count"] >= 2]
+    low, high = t_interval(g["mean"].to_numpy(), g["std"].to_numpy() / np.sqrt(g["count"].to_numpy()), g["count"].to_numpy(), 1 - alpha)
+    g = g.assign(ci_low=low, ci_high=high).rename(columns={"mean": "delta", "count": "n"})
+    return {arm: part[["step", "delta", "ci_low", "ci_high", "n"]].to_dict("records") for arm, part in g.groupby("arm")}
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe copy: numpy scalars to Python, NaN/inf to None."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if np.isfinite(value) else None
+    return value
+
+
+def analyze(table: ScoreTable, control: str, aggregations: list[str] | None = None, delta: float = 1.0,
+            alpha: float = 0.05, seed: int = 0, flip_k: int = 3) -> dict:
+    """The summary.json dict of a score table (module docstring); deterministic under `seed`."""
+    rng = np.random.default_rng(seed)
+    final = table.final()
+    aggregations = list(aggregations) if aggregations else default_aggregations(table.bench, table.has_lengths)
+    check_aggregations(aggregations, table.bench, table.has_lengths)
+    if control not in final.arms:
+        raise ValueError(f"control {control!r} is not an arm of the score table; arms: {', '.join(final.arms)}")
+    seeds, arms, excluded, notes = _pair_arms(final.runs().keys, control)
+    scores = _Scores(final, control, arms, seeds)
+    notes = list(final.notes) + notes + [f"excluded arm {a!r}: {why}" for a, why in excluded.items()]
+
+    per_arm: dict[str, dict[str, dict]] = {arm: {} for arm in arms}
+    means, verdicts_by_agg, prob, flips, ranking = {}, {}, {}, {}, {}
+    robustness, flip_subsets = {}, None
+    for name in aggregations:
+        matrix = scores.matrix(name)
+        control_row = matrix.loc[control].to_numpy()
+        verdicts = paired_verdicts(control_row, {a: matrix.loc[a].to_numpy() for a in arms}, delta, alpha,
+                                   bootstrap=True, rng=rng)
+        arm_means = matrix.mean(axis=1)
+        for arm, v in verdicts.items():
+            mde, needed = power_figures(v.sd, v.n, delta, alpha)
+            per_arm[arm][name] = {"mean": arm_means[arm], **asdict(v), "mde": mde, "seeds_needed": needed}
+        means[name] = arm_means.to_dict()
+        ranking[name] = list(arm_means.sort_values(ascending=False, kind="stable").index)
+        verdicts_by_agg[name] = verdicts
+        joint = matrix.loc[:, matrix.notna().all(axis=0)].to_numpy()
+        prob[name] = dict(zip(matrix.index, prob_best(joint, rng))) if joint.shape[1] >= 2 else None
+        if flip_k < joint.shape[1]:
+            flips[name], flip_subsets = winner_flip_rate(joint, flip_k, rng)
+        else:
+            flips[name] = None
+        robustness[name] = _robustness(scores, name, arm_means, {a: v.verdict for a, v in verdicts.items()}, delta, alpha)
+
+    common = int(scores.matrix(aggregations[0]).notna().all(axis=0).sum())
+    if flip_subsets is None:
+        notes.append(f"winner-flip rate needs more than flip_k={flip_k} seeds shared by all arms; there are {common}")
+    if common < 2:
+        notes.append(f"probability of being best needs at least 2 seeds shared by all arms; there are {common}")
+    if len(seeds) < BCA_RELIABLE_SEEDS:
+        notes.append(f"with {len(seeds)} seeds the bootstrap has few distinct resamples: BCa intervals are rough "
+                     f"(reported only; the t-interval decides)")
+    primary = aggregations[0]
+    needed = max(per_arm[a][primary]["seeds_needed"] for a in arms)
+    pairs = [(a, b) for i, a in enumerate(aggregations) for b in aggregations[i + 1:]]
+    summary = {
+        "source": dict(table.origin),
+        "control": control,
+        "seeds": seeds,
+        "aggregations": aggregations,
+        "primary": primary,
+        "equivalence_margin": delta,
+        "alpha": alpha,
+        "seed": seed,
+        "flip_k": flip_k,
+        "decision_rule": DECISION_RULE,
+        "arms": per_arm,
+        "verdicts": {arm: per_arm[arm][primary]["verdict"] for arm in arms},
+        "control_mean": {name: means[name][control] for name in aggregations},
+        "means": means,
+        "ranking": ranking,
+        "recommendation": {"aggregation": primary, **recommend(verdicts_by_agg[primary], control, needed)},
+        "prob_best": prob,
+        "winner_flip_rate": flips,
+        "flip_subsets": flip_subsets,
+        "rank_correlation": {f"{a}~{b}": rank_agreement(pd.Series(means[a]).to_numpy(), pd.Series(means[b]).to_numpy())
+                             for a, b in pairs},
+        "range": {name: max(means[name].values()) - min(means[name].values()) for name in aggregations},
+        "robustness": robustness,
+        "curves": _curves(table, primary, control, arms, alpha),
+        "arm_seeds": {arm: sorted(final.frame.loc[final.frame["arm"] == arm, "seed"].unique().tolist()) for arm in [control, *arms]},
+        "arm_steps": ({arm: int(s) for arm, s in final.frame.groupby("arm")["step"].max().items()} if final.has_steps else {}),
+        "arm_info": table.arm_info,
+        "benchmarks": table.bench.to_mapping(),
+        "excluded": excluded,
+        "notes": notes,
+    }
+    return _clean(summary)
+
+
+def log_report(paths: dict[str, Path], run_id: str, tracking_uri: str | None = None) -> None:
+    """Log the report files as artifacts (folder `report`) of an MLflow run, e.g. the search-level run."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    for path in paths.values():
+        client.log_artifact(run_id, str(path), artifact_path="report")
+
+
+def _load(cfg: Any) -> ScoreTable:
+    """The score table a report config points at: runs= (CSV or search directory) or experiment=."""
+    bench = BenchmarkSet.from_file(cfg.benchmarks) if cfg.benchmarks else None
+    if bool(cfg.runs) == bool(cfg.experiment):
+        raise ValueError("give exactly one source: runs=PATH (a CSV or a search output directory) or experiment=NAME")
+    if cfg.experiment:
+        return load_mlflow(cfg.experiment, cfg.mlflow.tracking_uri, bench)
+    path = Path(cfg.runs)
+    if path.is_dir() or path.suffix == ".jsonl":
+        if cfg.filter:
+            raise ValueError("filter.* applies to CSV run tables only")
+        return load_results(path, bench)
+    if not path.exists():
+        raise FileNotFoundError(f"runs={path}: no such file")
+    return load_csv(path, bench, dict(cfg.filter), cfg.arm_column)
+
+
+def _main(cfg: Any) -> None:
+    table = _load(cfg)
+    summary = analyze(table, cfg.control or default_control(table), list(cfg.aggregations or []) or None,
+                      cfg.delta, cfg.alpha, cfg.seed, cfg.flip_k)
+    runs_dir = Path(cfg.runs) if cfg.runs and Path(cfg.runs).is_dir() else None
+    out = Path(cfg.out) if cfg.out else (runs_dir / "report" if runs_dir else Path("report"))
+    paths = write_report(summary, table, out.absolute())
+    print_summary(summary)
+    for kind, path in paths.items():
+        print(f"{kind:>8}: {path}")
+    if table.origin.get("search_run_id") and cfg.mlflow.log_artifacts:
+        log_report(paths, table.origin["search_run_id"], cfg.mlflow.tracking_uri)
+        print(f"logged to MLflow run {table.origin['search_run_id']}")
+
+
+def cli() -> None:
+    """Entry point: Hydra `key=value` overrides; `filter.COLUMN=VALUE` may omit Hydra's `+`."""
+    import hydra
+
+    sys.argv = [("+" + a if a.startswith("filter.") else a) for a in sys.argv]
+
+    @hydra.main(config_path="conf", config_name="report", version_base="1.3")
+    def run(cfg: Any) -> None:
+        try:
+            _main(cfg)
+        except (ValueError, FileNotFoundError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(2)
+
+    run()
+
+
+if __name__ == "__main__":
+    cli()
