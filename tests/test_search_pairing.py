@@ -1,0 +1,112 @@
+"""PairedRepeater driven by hand (no Ray cluster): order, pairing, what Optuna is told, save/restore."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from ray.tune.search import Searcher
+from ray.tune.search.optuna import OptunaSearch
+
+from tune_dfrl.pairing import INNER_METRIC, PairedRepeater
+from tune_dfrl.spaces import ArmFactory, SearchSpace
+
+SEEDS = (3, 7, 11)
+CONTROL = {3: 40.0, 7: 50.0, 11: 60.0}  # control score at the final step 20, per seed
+CONTROL_10 = {3: 30.0, 7: 35.0, 11: 40.0}
+
+
+def repeater(space: SearchSpace, n_arms: int, storage: optuna.storages.BaseStorage, max_duplicates: int = 50) -> PairedRepeater:
+    sampler = optuna.samplers.TPESampler(seed=0)
+    inner = OptunaSearch(space=space.sampler(), metric=INNER_METRIC, mode="max", sampler=sampler, storage=storage, study_name="s")
+    factory = ArmFactory(rollout_n=8, recipe_hash="r0")
+    control = factory({"method": "baseline", "params": {}})
+    return PairedRepeater(inner, factory, control, SEEDS, n_arms, final_step=20, metric="score/db", max_duplicates=max_duplicates)
+
+
+def hand_out(r: PairedRepeater, count: int) -> list[tuple[str, dict]]:
+    ids = [f"t{len(r._cells) + i}" for i in range(count)]
+    return [(tid, r.suggest(tid)) for tid in ids]
+
+
+def finish(r: PairedRepeater, tid: str, scores: dict[int, float]) -> None:
+    """Report milestones {step: score} then complete the trial."""
+    for step, score in scores.items():
+        r.on_trial_result(tid, {"step": step, "score/db": score})
+    r.on_trial_complete(tid, {"step": max(scores), "score/db": scores[max(scores)]})
+
+
+@pytest.fixture
+def topk() -> SearchSpace:
+    return SearchSpace.load("topk_keep", rollout_n=8)
+
+
+def test_control_first_then_each_arm_on_the_same_explicit_seeds(topk: SearchSpace) -> None:
+    r = repeater(topk, n_arms=2, storage=optuna.storages.InMemoryStorage())
+    handed = hand_out(r, 9)
+    arms = [cfg["arm"]["arm_id"] for _, cfg in handed]
+    seeds = [cfg["seed"] for _, cfg in handed]
+    assert arms[:3] == [r.control.arm_id] * 3 and handed[0][1]["arm"]["method"] == "baseline"
+    assert len(set(arms[3:6])) == 1 and len(set(arms[6:9])) == 1 and arms[3] != arms[6] != r.control.arm_id
+    assert seeds == list(SEEDS) * 3
+    assert r.suggest("t9") == Searcher.FINISHED
+
+
+def test_optuna_gets_mean_paired_deltas_and_pruned_states(topk: SearchSpace) -> None:
+    storage = optuna.storages.InMemoryStorage()
+    r = repeater(topk, n_arms=2, storage=storage)
+    handed = hand_out(r, 9)
+    control, good, stopped = handed[0:3], handed[3:6], handed[6:9]
+    # The good arm finishes before the control: Optuna must wait for the control's final values.
+    good_scores = {3: 43.0, 7: 52.0, 11: 64.0}  # deltas +3, +2, +4 -> mean +3
+    for tid, cfg in good:
+        finish(r, tid, {10: CONTROL_10[cfg["seed"]] + 1.0, 20: good_scores[cfg["seed"]]})
+    study = optuna.load_study(study_name="s", storage=storage)
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.RUNNING] * 2
+    for tid, cfg in control:
+        finish(r, tid, {10: CONTROL_10[cfg["seed"]], 20: CONTROL[cfg["seed"]]})
+    # The stopped arm reached step 10 on every seed (deltas -2, -4, -6), then the scheduler stopped it.
+    for tid, cfg in stopped:
+        r.on_trial_result(tid, {"step": 10, "score/db": CONTROL_10[cfg["seed"]] - {3: 2, 7: 4, 11: 6}[cfg["seed"]]})
+    for tid, _ in stopped:
+        r.on_trial_complete(tid)  # stopped while waiting: no result
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    assert trials[0].state == optuna.trial.TrialState.COMPLETE and trials[0].value == pytest.approx(3.0)
+    assert trials[0].intermediate_values == {10: pytest.approx(1.0)}
+    assert trials[1].state == optuna.trial.TrialState.PRUNED
+    assert trials[1].intermediate_values == {10: pytest.approx(-4.0)}
+    assert r.cells_of(stopped[0][1]["arm"]["arm_id"]) == {3: "stopped", 7: "stopped", 11: "stopped"}
+
+
+def test_duplicate_canonical_arms_run_once_and_share_the_outcome() -> None:
+    gfpo = SearchSpace.from_mapping(
+        {"name": "tiny", "mechanism": "selection", "methods": {"gfpo": {"search": {"k": [2, 3]}}}}, rollout_n=8
+    )
+    storage = optuna.storages.InMemoryStorage()
+    r = repeater(gfpo, n_arms=5, storage=storage, max_duplicates=20)
+    handed = []
+    while (cfg := r.suggest(f"t{len(handed)}")) != Searcher.FINISHED:
+        handed.append((f"t{len(handed)}", cfg))
+    ids = [cfg["arm"]["arm_id"] for _, cfg in handed]
+    assert len(handed) == 9 and len(set(ids)) == 3  # control + k=2 + k=3, three seeds each
+    assert sorted(cfg["arm"]["params"]["k"] for _, cfg in handed[3:9:3]) == [2, 3]
+    for tid, cfg in handed:
+        base = CONTROL[cfg["seed"]]
+        finish(r, tid, {10: base, 20: base + cfg["arm"]["params"].get("k", 0)})
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    assert len(trials) > 2 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert all(t.value == pytest.approx(t.params["gfpo.k"]) for t in trials)  # delta = k at every seed
+
+
+def test_state_survives_save_and_restore(topk: SearchSpace, tmp_path) -> None:
+    first = repeater(topk, n_arms=3, storage=optuna.storages.InMemoryStorage())
+    handed = hand_out(first, 6)
+    for tid, cfg in handed[:3]:
+        finish(first, tid, {10: CONTROL_10[cfg["seed"]], 20: CONTROL[cfg["seed"]]})
+    first.save(str(tmp_path / "searcher.pkl"))
+    restored = repeater(topk, n_arms=3, storage=optuna.storages.InMemoryStorage())
+    restored.restore(str(tmp_path / "searcher.pkl"))
+    for tid, cfg in handed[3:6]:
+        for r in (first, restored):
+            finish(r, tid, {10: 1.0, 20: CONTROL[cfg["seed"]] + 1.0})
+    assert restored.told == first.told and list(restored.told.values()) == [("COMPLETE", pytest.approx(1.0))]
+    assert [cfg for _, cfg in hand_out(restored, 7)] == [cfg for _, cfg in hand_out(first, 7)]

@@ -1,0 +1,209 @@
+"""PairedRepeater: the searcher that turns arms into paired (arm, seed) trials.
+
+The control arm comes first, at every seed; each arm the inner `OptunaSearch` suggests is then
+fanned out to the *same* explicit seed list. One Optuna trial = one distinct arm: suggestions whose
+canonical arm id was already seen are not trained again and receive the first one's outcome.
+
+What Optuna is told (metric m, control c, seeds S_both where both have a value):
+- at every milestone step t that the arm reached on all its seeds and the control on those seeds,
+  the intermediate value mean_{s in S_both} [m(arm, s, t) - m(c, s, t)];
+- when every seed of the arm finished: COMPLETE with the same mean paired delta at the final step;
+- when the scheduler stopped the arm: PRUNED (Optuna then keeps the last intermediate value);
+- when no seed finished: FAIL.
+Raw means of truncated runs never reach Optuna.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+import optuna
+from ray.tune.search import Searcher
+from ray.tune.search.optuna import OptunaSearch
+
+from tune_dfrl.backend import ArmSpec
+
+log = logging.getLogger(__name__)
+
+INNER_METRIC = "paired_delta"
+FINISHED, STOPPED, FAILED = "finished", "stopped", "failed"
+
+
+def arm_config(arm: ArmSpec, seed: int) -> dict[str, Any]:
+    """The Tune trial config of one (arm, seed) cell."""
+    return {"arm": asdict(arm), "seed": int(seed)}
+
+
+class PairedRepeater(Searcher):
+    """Control first, then each distinct suggested arm at the same seeds; tells Optuna paired deltas.
+
+    `make_arm` turns an inner suggestion (a dict with `method` and `params`) into an `ArmSpec`
+    whose `arm_id` is the canonical id. At most `n_arms` distinct arms besides the control; after
+    `max_duplicates` consecutive suggestions of already-seen arms the space counts as exhausted.
+    """
+
+    def __init__(
+        self,
+        searcher: OptunaSearch,
+        make_arm: Callable[[dict[str, Any]], ArmSpec],
+        control: ArmSpec,
+        seeds: Sequence[int],
+        n_arms: int,
+        final_step: int,
+        metric: str,
+        max_duplicates: int = 50,
+    ) -> None:
+        super().__init__(metric=metric, mode="max")
+        self.searcher = searcher
+        self._make_arm = make_arm
+        self.control = control
+        self.seeds = tuple(int(s) for s in seeds)
+        self.n_arms = n_arms
+        self.final_step = final_step
+        self.max_duplicates = max_duplicates
+        self.arms: dict[str, ArmSpec] = {}  # arm id -> arm, in order of first suggestion (control first)
+        self._queue: list[dict[str, Any]] = []  # configs still to hand out
+        self._optuna_ids: dict[str, list[str]] = {}  # arm id -> inner trial ids (first one + duplicates)
+        self._cells: dict[str, tuple[str, int]] = {}  # Tune trial id -> (arm id, seed)
+        self._scores: dict[str, dict[int, dict[int, float]]] = {}  # arm id -> seed -> step -> metric
+        self._ends: dict[str, dict[int, str]] = {}  # arm id -> seed -> finished | stopped | failed
+        self._reported: set[tuple[str, int]] = set()  # (arm id, step) intermediate values told
+        self.told: dict[str, tuple[str, float | None]] = {}  # arm id -> (Optuna state name, value)
+        self._told_inner: set[str] = set()
+        self._suggested = 0  # inner suggestions made (distinct or not)
+
+    # -- Searcher interface -------------------------------------------------------------------
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
+        return metric in (None, self._metric) and mode in (None, "max")
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        if not self._queue and not self._enqueue_next_arm():
+            return Searcher.FINISHED
+        config = self._queue.pop(0)
+        self._cells[trial_id] = (config["arm"]["arm_id"], config["seed"])
+        return config
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        arm_id, seed = self._cells[trial_id]
+        self._record(arm_id, seed, result)
+        self._report_intermediate(arm_id, int(result["step"]))
+        if arm_id == self.control.arm_id:
+            for other in self.arms:
+                if other != arm_id:
+                    self._report_intermediate(other, int(result["step"]))
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        arm_id, seed = self._cells[trial_id]
+        if result and "step" in result and self._metric in result:
+            self._record(arm_id, seed, result)
+        reached = max(self._scores.get(arm_id, {}).get(seed, {0: 0.0}))
+        end = FAILED if error else FINISHED if reached >= self.final_step else STOPPED
+        self._ends.setdefault(arm_id, {})[seed] = end
+        for other in self.arms:
+            self._maybe_tell(other)
+
+    def get_state(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("searcher", "_make_arm")}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump({"state": self.get_state(), "searcher": self.searcher}, f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as f:
+            saved = pickle.load(f)
+        self.set_state(saved["state"])
+        self.searcher = saved["searcher"]
+
+    # -- what the driver and tests read ---------------------------------------------------------
+
+    def cells_of(self, arm_id: str) -> dict[int, str]:
+        """seed -> finished | stopped | failed, for the seeds of `arm_id` that ended."""
+        return dict(self._ends.get(arm_id, {}))
+
+    def paired_deltas(self, arm_id: str, step: int) -> dict[int, float]:
+        """seed -> m(arm, seed, step) - m(control, seed, step), over the seeds where both have a value."""
+        mine, control = self._scores.get(arm_id, {}), self._scores.get(self.control.arm_id, {})
+        common = sorted(s for s in mine if step in mine[s] and s in control and step in control[s])
+        return {s: mine[s][step] - control[s][step] for s in common}
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _enqueue_next_arm(self) -> bool:
+        """Queue the next distinct arm's seeds (the control first); False when the search is over."""
+        if not self.arms:
+            return self._enqueue(self.control, inner_id=None)
+        if len(self.arms) - 1 >= self.n_arms:
+            return False
+        for _ in range(self.max_duplicates):
+            inner_id = f"arm{self._suggested:04d}"
+            self._suggested += 1
+            arm = self._make_arm(self.searcher.suggest(inner_id))
+            if arm.arm_id not in self.arms:
+                return self._enqueue(arm, inner_id)
+            log.info("suggestion %s duplicates arm %s (%s): not trained again", inner_id, arm.arm_id, arm.label)
+            self._optuna_ids.setdefault(arm.arm_id, []).append(inner_id)
+            self._maybe_tell(arm.arm_id)
+        log.warning("%d consecutive suggestions duplicated known arms: the space is exhausted", self.max_duplicates)
+        return False
+
+    def _enqueue(self, arm: ArmSpec, inner_id: str | None) -> bool:
+        self.arms[arm.arm_id] = arm
+        if inner_id is not None:
+            self._optuna_ids.setdefault(arm.arm_id, []).append(inner_id)
+        self._queue.extend(arm_config(arm, seed) for seed in self.seeds)
+        return True
+
+    def _record(self, arm_id: str, seed: int, result: dict) -> None:
+        by_step = self._scores.setdefault(arm_id, {}).setdefault(seed, {})
+        by_step.setdefault(int(result["step"]), float(result[self._metric]))
+
+    def _report_intermediate(self, arm_id: str, step: int) -> None:
+        """Tell Optuna the mean paired delta at a milestone before the last, once all live seeds reached it."""
+        if step >= self.final_step or (arm_id, step) in self._reported or arm_id in self.told or not self._optuna_ids.get(arm_id):
+            return
+        ended = self._ends.get(arm_id, {})
+        live = [s for s in self.seeds if ended.get(s) != FAILED]
+        deltas = self.paired_deltas(arm_id, step)
+        if not live or set(deltas) != set(live):
+            return
+        self._reported.add((arm_id, step))
+        value = float(np.mean(list(deltas.values())))
+        for inner_id in self._optuna_ids[arm_id]:
+            self.searcher.on_trial_result(inner_id, {INNER_METRIC: value, "training_iteration": step})
+
+    def _maybe_tell(self, arm_id: str) -> None:
+        """Tell Optuna how an arm ended, once all its seeds ended and the control values it needs exist.
+
+        A suggestion that duplicates the control gets the control's paired delta against itself (0).
+        """
+        if not self._optuna_ids.get(arm_id):
+            return
+        if arm_id not in self.told:
+            ends = self._ends.get(arm_id, {})
+            control_ends = self._ends.get(self.control.arm_id, {})
+            finished = [s for s, end in ends.items() if end == FINISHED]
+            if len(ends) < len(self.seeds) or any(s not in control_ends for s in finished):
+                return  # the arm, or the control at one of its finished seeds, is still running
+            deltas = self.paired_deltas(arm_id, self.final_step)
+            if STOPPED in ends.values():
+                self.told[arm_id] = (optuna.trial.TrialState.PRUNED.name, None)
+            elif deltas:
+                self.told[arm_id] = (optuna.trial.TrialState.COMPLETE.name, float(np.mean(list(deltas.values()))))
+            else:
+                self.told[arm_id] = (optuna.trial.TrialState.FAIL.name, None)
+        state, value = self.told[arm_id]
+        for inner_id in self._optuna_ids[arm_id]:
+            if inner_id not in self._told_inner:
+                self._told_inner.add(inner_id)
+                result = None if value is None else {INNER_METRIC: value}
+                self.searcher.on_trial_complete(inner_id, result=result, error=state == "FAIL")
