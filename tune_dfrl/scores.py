@@ -253,7 +253,7 @@ def _select(frame: pd.DataFrame, filters: Mapping[str, Any], source: str) -> pd.
             pass
         if not match.any():
             raise ValueError(f"filter {column}={wanted} matches no row of {source}; "
-                             f"values in the selection so far: {_listing(sorted(values.dropna().astype(str).unique()))}")
+                             f"values in the selection so far: {_listing(sorted(values.astype(str).unique()))}")
         frame = frame[match]
     return frame
 
@@ -267,7 +267,7 @@ def _numeric(frame: pd.DataFrame, columns: list[str], source: str, label: str | 
         for index in frame.index[values.isna()]:
             who = f" ({label}={frame.at[index, label]})" if label else ""
             raw = frame.at[index, column]
-            what = "is empty" if pd.isna(raw) else f"{raw!r} is not a number"
+            what = "is empty" if pd.isna(raw) or not str(raw).strip() else f"{raw!r} is not a number"
             problems.append(f"line {index + 2}{who}, column {column}: {what}")
         out[column] = values.astype(float)
     if problems:
@@ -287,7 +287,7 @@ def load_csv(path: str | Path, bench: BenchmarkSet | None = None, filters: Mappi
     path = Path(path)
     bench = bench or dataflex_benchmarks()
     source = str(path)
-    raw = pd.read_csv(path, dtype=str)
+    raw = pd.read_csv(path, dtype=str, keep_default_na=False)  # "n/a", "NaN": reported, not dropped
     raw = _select(raw, filters or {}, source)
     arm_column = arm_column or next((c for c in ("arm", "method", "label") if c in raw), None)
     if arm_column is None or arm_column not in raw:
@@ -365,7 +365,8 @@ def load_results(path: str | Path, bench: BenchmarkSet | None = None) -> ScoreTa
             for r in records for name, score in r["accuracy"].items()]
     frame = pd.DataFrame(rows)
     repeated = frame.duplicated(["arm_id", "seed", "step", "benchmark"], keep="last")
-    notes = (f"{file.name}: {int(repeated.sum())} repeated milestone scores (a resumed trial reporting again); the last line of each is used",) if repeated.any() else ()
+    count = len(frame[repeated].drop_duplicates(["arm_id", "seed", "step"]))
+    notes = (f"{file.name}: {count} milestone(s) reported more than once (a resumed trial); the last line of each is used",) if count else ()
     table = _table_from_arm_rows(frame[~repeated], bench, {"kind": "results", "path": str(file)})
     return replace(table, notes=notes + table.notes)
 

@@ -6,7 +6,7 @@ se = sd / sqrt(n) with n the seeds the arm shares with the control.
 - Paired t-interval at level 1 - a: mean +- t_{1-a/2, n-1} * se; p = 2 * P(T_{n-1} > |mean| / se).
 - Holm across the m arms of the family: sort p ascending, p_(1) <= ... <= p_(m); step k tests
   p_(k) < alpha / (m - k + 1) and the procedure stops at the first step r that fails.
-  p_holm = statsmodels `multipletests(p, method="holm")`.
+  p_holm = min(1, max_{j <= k} (m - j + 1) p_(j)) (as statsmodels `multipletests(method="holm")`).
 - Holm-adjusted interval (decides better / worse): the t-interval at level 1 - alpha_k with
   alpha_k = alpha / (m - k + 1) for the arms rejected before the stop (k < r) and alpha_k =
   alpha / (m - r + 1) for the rest. It excludes 0 exactly when p_holm < alpha: for k < r because
@@ -35,7 +35,6 @@ from itertools import combinations
 
 import numpy as np
 from scipy import stats
-from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 
 VERDICTS = ("better", "worse", "equivalent", "inconclusive")
@@ -79,17 +78,24 @@ def t_pvalue(mean: np.ndarray, se: np.ndarray, n: np.ndarray) -> np.ndarray:
     return np.where(se > 0, p, np.where(mean != 0, 0.0, 1.0))
 
 
-def holm_levels(p: np.ndarray, alpha: float) -> np.ndarray:
-    """Per-hypothesis alpha_k of the Holm-adjusted interval (module docstring); ties keep input order."""
+def holm(p: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Holm step-down: (adjusted p-values, per-hypothesis alpha_k of the adjusted interval).
+
+    p_holm of the k-th smallest = min(1, max_{j <= k} (m - j + 1) p_(j)): the values of statsmodels
+    `multipletests(p, method="holm")` (the tests check it). Computed here because that function
+    runs `gc.collect()` on every call (~50 ms in a loaded process), too slow inside simulation loops.
+    alpha_k as in the module docstring; ties keep input order.
+    """
     m = len(p)
     order = np.argsort(p, kind="stable")
-    step_alpha = alpha / (m - np.arange(m))
+    factor = m - np.arange(m)
+    step_alpha = alpha / factor
     passed = p[order] < step_alpha
     stop = m if passed.all() else int(np.argmin(passed))
-    levels = np.where(np.arange(m) < stop, step_alpha, step_alpha[min(stop, m - 1)])
-    out = np.empty(m)
-    out[order] = levels
-    return out
+    p_holm, alpha_k = np.empty(m), np.empty(m)
+    p_holm[order] = np.minimum(1.0, np.maximum.accumulate(p[order] * factor))
+    alpha_k[order] = np.where(np.arange(m) < stop, step_alpha, step_alpha[min(stop, m - 1)])
+    return p_holm, alpha_k
 
 
 def paired_verdicts(control: np.ndarray, arms: dict[str, np.ndarray], delta: float = 1.0, alpha: float = 0.05,
@@ -121,8 +127,7 @@ def paired_verdicts(control: np.ndarray, arms: dict[str, np.ndarray], delta: flo
     sd = np.nanstd(diffs, axis=1, ddof=1)
     se = sd / np.sqrt(n)
     p = t_pvalue(mean, se, n)
-    p_holm = multipletests(p, alpha=alpha, method="holm")[1]
-    alpha_k = holm_levels(p, alpha)
+    p_holm, alpha_k = holm(p, alpha)
     ci_low, ci_high = t_interval(mean, se, n, 1.0 - alpha_k)
     t_low, t_high = t_interval(mean, se, n, 1.0 - alpha)
     eq_low, eq_high = t_interval(mean, se, n, 1.0 - 2.0 * alpha)
@@ -161,7 +166,7 @@ def _resampling(diffs: np.ndarray, alpha: float, rng: np.random.Generator | None
         out["bca_low"][rows] = boot.confidence_interval.low
         out["bca_high"][rows] = boot.confidence_interval.high
         out["p_perm"][rows] = perm.pvalue
-    out["p_perm_holm"] = multipletests(out["p_perm"], method="holm")[1]
+    out["p_perm_holm"] = holm(out["p_perm"], alpha)[0]
     return out
 
 
@@ -191,12 +196,12 @@ def recommend(verdicts: dict[str, ArmVerdict], control_name: str, seeds_needed: 
     if better:
         best = max(better, key=lambda name: (verdicts[name].ci_low, verdicts[name].delta))
         v = verdicts[best]
-        return {"arm": best, "is_control": False, "delta": v.delta, "ci_low": v.ci_low, "point_best": point_best,
+        return {"recommended": best, "is_control": False, "delta": v.delta, "ci_low": v.ci_low, "point_best": point_best,
                 "seeds_needed": None,
                 "reason": f"{best!r} is credibly better than {control_name!r} with the highest Holm-adjusted lower "
                           f"bound ({v.ci_low:+.2f} points; mean {v.delta:+.2f})"}
     need = f"; about {seeds_needed} paired seeds per arm would resolve the equivalence margin" if seeds_needed else ""
-    return {"arm": control_name, "is_control": True, "delta": 0.0, "ci_low": None, "point_best": point_best,
+    return {"recommended": control_name, "is_control": True, "delta": 0.0, "ci_low": None, "point_best": point_best,
             "seeds_needed": seeds_needed,
             "reason": f"no arm is credibly better than {control_name!r}; keep the control{need}"}
 
