@@ -1,0 +1,153 @@
+"""Checks that run before any GPU is requested, and the reward calibration smoke test.
+
+`check_trial` raises ValueError naming what is wrong and what is allowed when verl (or its
+`verl-core` extra) is missing, the model directory or a parquet file is missing, a parquet file
+lacks a column verl or the arm needs (the domain column for mixers), validation data_sources and
+the benchmark mapping disagree, the arm's parameters are invalid, or verl's own
+`validate_config` rejects the composed configuration. `check_rollout_engine` checks the rollout
+engine (vLLM / SGLang), which only the `gpu` extra installs.
+
+`calibrate` scores, per benchmark, the first `CALIBRATION_ROWS` validation rows with the trial's
+reward function: the ground truth rendered by the benchmark's `reference_format` must count as
+correct and each `MALFORMED` response as wrong. A benchmark without a `reference_format` is
+skipped with a logged warning (its scorer's answer format is unknown to us).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import logging
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from tune_dfrl.backend import ArmSpec, CalibrationResult
+
+from .hook import DataPolicy, is_mixer
+from .recipe import VerlRecipe, build_overrides, check_verl_config, compose_verl_config
+from .reward import compute_score
+
+VERL_VERSION = "0.9.1"
+VERL_CORE_MODULES = ("transfer_queue", "zmq", "msgspec", "tensordict", "torchdata", "datasets", "fastapi", "uvicorn")
+VERL_COLUMNS = ("prompt", "data_source", "reward_model")
+CALIBRATION_ROWS = 32
+MALFORMED = ("", "no answer")
+
+log = logging.getLogger(__name__)
+
+
+def check_verl_installed() -> None:
+    install = f"pip install 'verl[verl-core]=={VERL_VERSION}'"
+    if importlib.util.find_spec("verl") is None:
+        raise ValueError(f"the verl backend needs verl {VERL_VERSION}, which is not installed: {install}")
+    version = importlib.metadata.version("verl")
+    if version != VERL_VERSION:
+        raise ValueError(f"the verl backend needs verl {VERL_VERSION}; installed: {version}. {install}")
+    missing = [m for m in VERL_CORE_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ValueError(f"verl's 'verl-core' extra is not installed (missing modules: {', '.join(missing)}): {install}")
+
+
+def check_rollout_engine(recipe: VerlRecipe) -> None:
+    if importlib.util.find_spec(recipe.rollout_engine) is None:
+        raise ValueError(
+            f"verl's {recipe.rollout_engine} rollout is not installed. On a GPU machine: pip install -e '.[gpu]' "
+            "(docs/readme_verl.md); never on a CPU-only machine, it replaces torch"
+        )
+
+
+def parquet_columns(path: Path) -> list[str]:
+    if not path.is_file():
+        raise ValueError(f"parquet file {path} does not exist")
+    try:
+        return pq.read_schema(path).names
+    except Exception as error:
+        raise ValueError(f"{path} is not a readable parquet file: {error}") from error
+
+
+def read_column(paths: tuple[Path, ...], column: str) -> list[Any]:
+    return [v for p in paths for v in pq.read_table(p, columns=[column]).column(column).to_pylist()]
+
+
+def check_data(recipe: VerlRecipe, mixer: bool) -> list[str]:
+    """Files and columns; returns the sorted training domains (empty without a domain column)."""
+    if not (recipe.model_path / "config.json").is_file():
+        raise ValueError(f"model_path {recipe.model_path} is not a Hugging Face model directory (no config.json)")
+    columns = {p: parquet_columns(p) for p in (*recipe.train_files, *recipe.val_files)}
+    for path, names in columns.items():
+        lacking = [c for c in VERL_COLUMNS if c not in names]
+        if lacking:
+            raise ValueError(f"{path} lacks the verl column(s) {lacking}; verl RL parquet files need {list(VERL_COLUMNS)}")
+    without_domain = [str(p) for p in recipe.train_files if recipe.domain_column not in columns[p]]
+    if without_domain and mixer:
+        raise ValueError(
+            f"mixer arms need the domain column '{recipe.domain_column}' (recipe key domain_column) in every "
+            f"training file; missing in {without_domain}"
+        )
+    if without_domain:
+        return []
+    domains = read_column(recipe.train_files, recipe.domain_column)
+    if any(d is None or d == "" for d in domains):
+        raise ValueError(f"domain column '{recipe.domain_column}' of the training files has empty values")
+    return sorted(set(map(str, domains)))
+
+
+def check_benchmarks(recipe: VerlRecipe) -> None:
+    """Every validation data_source is mapped to a benchmark with its exact row count, and back."""
+    counts = Counter(read_column(recipe.val_files, "data_source"))
+    mapped = {b.data_source: b for b in recipe.benchmark_sources()}
+    unmapped = sorted(set(counts) - set(mapped))
+    if unmapped:
+        raise ValueError(f"validation data_source(s) {unmapped} have no benchmark mapping; mapped: {sorted(mapped)}")
+    absent = sorted(set(mapped) - set(counts))
+    if absent:
+        raise ValueError(f"benchmark data_source(s) {absent} have no rows in the validation files {list(recipe.val_files)}")
+    wrong = [f"{s}: items={b.items}, rows={counts[s]}" for s, b in mapped.items() if b.items != counts[s]]
+    if wrong:
+        raise ValueError(f"benchmark item counts differ from the validation rows: {'; '.join(wrong)}")
+    recipe.benchmark_set()  # names, domains and subsets
+
+
+def check_trial(arm: ArmSpec, recipe: VerlRecipe) -> None:
+    """Everything but the rollout engine (see the module docstring)."""
+    check_verl_installed()
+    if recipe.gpus_per_trial < 1:
+        raise ValueError(f"verl trains on GPUs: gpus_per_trial must be >= 1; got {recipe.gpus_per_trial}")
+    domains = check_data(recipe, is_mixer(arm.method))
+    check_benchmarks(recipe)
+    DataPolicy.from_arm({"method": arm.method, "params": arm.params}, recipe.rollout_n, domains, recipe.domain_column)
+    config = compose_verl_config(build_overrides(recipe, arm, seed=0, checkpoint_dir=Path("/nonexistent")))
+    try:
+        check_verl_config(config)
+    except (AssertionError, ValueError) as error:
+        raise ValueError(f"verl rejects the recipe's configuration: {error}") from error
+
+
+def calibrate(recipe: VerlRecipe) -> CalibrationResult:
+    """Reference answers must score as correct and malformed ones as wrong (module docstring)."""
+    samples: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for path in recipe.val_files:
+        wanted = [c for c in ("data_source", "reward_model", "extra_info") if c in parquet_columns(path)]
+        for row in pq.read_table(path, columns=wanted).to_pylist():
+            if len(samples[row["data_source"]]) < CALIBRATION_ROWS:
+                samples[row["data_source"]].append(row)
+    failures: list[str] = []
+    for bench in recipe.benchmark_sources():
+        if bench.reference_format is None:
+            log.warning("benchmark %s not calibrated: its recipe entry has no reference_format", bench.name)
+            continue
+        if not samples[bench.data_source]:
+            failures.append(f"{bench.name}: no validation rows with data_source {bench.data_source!r}")
+        for row in samples[bench.data_source]:
+            truth = row["reward_model"]["ground_truth"]
+            extra_info = dict(row.get("extra_info") or {})
+            cases = [(bench.reference_format.format(answer=truth), 1.0), *((m, 0.0) for m in MALFORMED)]
+            for response, want in cases:
+                got = compute_score(bench.data_source, response, truth, extra_info)["acc"]
+                if got != want:
+                    failures.append(f"{bench.name}: response {response!r} (ground truth {truth!r}) scores {got}, "
+                                    f"expected {want}")
+    return CalibrationResult(ok=not failures, failures=failures)

@@ -1,0 +1,274 @@
+"""The verl recipe (Hydra group `backend/verl.yaml`) and the verl Hydra overrides of one trial.
+
+A trial (arm, seed) becomes `python -m verl.trainer.main_ppo <overrides>`. The overrides compose
+with verl's own config (`verl/trainer/config/ppo_trainer.yaml`) and, in order:
+
+- the recipe: model, parquet files, lengths, batch sizes, learning rate, GPUs, rollout engine;
+- GRPO (`algorithm.adv_estimator=grpo`) on verl's v1 trainer under our registered mode
+  `trainer.v1.trainer_mode=tune_dfrl` (see `trainer.py`);
+- the seed, fanned out to `data.seed`, `actor_rollout_ref.actor.data_loader_seed` and
+  `actor_rollout_ref.rollout.seed`;
+- milestones: `trainer.test_freq` = `trainer.save_freq` = `milestone_every`, no validation before
+  training, checkpoints (one kept) in the trial's checkpoint folder, resumed automatically;
+- logging: `trainer.logger=[console,file]` (the launcher points `VERL_FILE_LOGGER_PATH` into the
+  trial folder), no wandb, no hub;
+- a private Ray instance per trial: `+ray_kwargs.ray_init.address=local`;
+- the arm: `+tune_dfrl.policy` (JSON of method + params) and `+tune_dfrl.domain_column`;
+- the reward: `tune_dfrl.trainers.verl.reward.compute_score`;
+- the recipe's own `overrides` last, so they win.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tune_dfrl.backend import ArmSpec, BenchmarkInfo
+from tune_dfrl.scores import BenchmarkSet
+
+from .plugin import TRAINER_MODE
+
+RECIPE_FILE = Path(__file__).resolve().parents[2] / "tune_dfrl" / "conf" / "backend" / "verl.yaml"
+REWARD_MODULE = "pkg://tune_dfrl.trainers.verl.reward"
+ROLLOUT_ENGINES = ("vllm", "sglang")
+MAX_EPOCHS = 1_000_000  # verl stops at trainer.total_training_steps; epochs must not end the run first
+
+
+def default_recipe(**changes: Any) -> dict[str, Any]:
+    """The packaged `backend/verl.yaml` as a dict, with `changes` applied (unknown keys raise)."""
+    recipe = yaml.safe_load(RECIPE_FILE.read_text())
+    unknown = sorted(set(changes) - set(recipe))
+    if unknown:
+        raise ValueError(f"unknown verl recipe keys {unknown}; allowed: {', '.join(sorted(recipe))}")
+    return {**recipe, **changes}
+
+
+@dataclass(frozen=True)
+class BenchmarkSource:
+    """One validation benchmark: verl `data_source` -> our benchmark name, domain and item count.
+
+    `reference_format` (optional) renders a ground truth as a correct model answer, e.g.
+    'The answer is \\boxed{{{answer}}}'; calibration scores it with the reward function.
+    """
+
+    data_source: str
+    name: str
+    domain: str
+    items: int
+    reference_format: str | None = None
+
+    def info(self) -> BenchmarkInfo:
+        return BenchmarkInfo(self.name, self.domain, self.items)
+
+
+@dataclass(frozen=True)
+class VerlRecipe:
+    """A validated verl recipe; see `tune_dfrl/conf/backend/verl.yaml` for every key."""
+
+    model_path: Path
+    train_files: tuple[Path, ...]
+    val_files: tuple[Path, ...]
+    gpus_per_trial: int
+    rollout_n: int
+    max_prompt_length: int
+    max_response_length: int
+    lr: float
+    steps: int
+    milestone_every: int
+    train_batch_size: int
+    ppo_mini_batch_size: int
+    domain_column: str
+    benchmarks: tuple[BenchmarkSource, ...] | None  # None: the embedded backend's generated tasks
+    subsets: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    rollout_engine: str = "vllm"
+    overrides: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, recipe: Mapping[str, Any]) -> VerlRecipe:
+        """Parse a recipe mapping (Hydra node or dict); errors name the key and what is allowed."""
+        expected = set(default_recipe())
+        keys = set(recipe)
+        if keys - expected:
+            raise ValueError(f"unknown verl recipe keys {sorted(keys - expected)}; allowed: {', '.join(sorted(expected))}")
+        if expected - keys - {"name"}:
+            raise ValueError(f"verl recipe lacks keys {sorted(expected - keys - {'name'})}")
+        if recipe.get("name", "verl") != "verl":
+            raise ValueError(f"verl recipe has name={recipe['name']!r}; expected 'verl'")
+        for key in ("model_path", "train_files", "val_files"):
+            if recipe[key] in (None, "???", [], ""):
+                raise ValueError(f"verl recipe key '{key}' must be set (it is {recipe[key]!r})")
+        counts = {k: _integer(recipe, k, low=1) for k in ("rollout_n", "max_prompt_length", "max_response_length",
+                                                          "steps", "milestone_every", "train_batch_size")}
+        mini = recipe["ppo_mini_batch_size"]
+        mini = counts["train_batch_size"] if mini is None else _integer(recipe, "ppo_mini_batch_size", low=1)
+        if counts["train_batch_size"] % mini:
+            raise ValueError(f"ppo_mini_batch_size={mini} must divide train_batch_size={counts['train_batch_size']}")
+        lr = recipe["lr"]
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+            raise ValueError(f"verl recipe key 'lr' must be a number > 0; got {lr!r}")
+        if recipe["rollout_engine"] not in ROLLOUT_ENGINES:
+            raise ValueError(f"rollout_engine={recipe['rollout_engine']!r}; allowed: {', '.join(ROLLOUT_ENGINES)}")
+        return cls(
+            model_path=Path(str(recipe["model_path"])).expanduser(),
+            train_files=_paths(recipe, "train_files"),
+            val_files=_paths(recipe, "val_files"),
+            gpus_per_trial=_integer(recipe, "gpus_per_trial", low=0),
+            ppo_mini_batch_size=mini,
+            lr=float(lr),
+            domain_column=str(recipe["domain_column"]),
+            benchmarks=None if recipe["benchmarks"] is None else tuple(_benchmark(r) for r in recipe["benchmarks"]),
+            subsets={str(k): tuple(v) for k, v in dict(recipe["subsets"] or {}).items()},
+            rollout_engine=str(recipe["rollout_engine"]),
+            overrides=tuple(str(o) for o in recipe["overrides"] or ()),
+            **counts,
+        )
+
+    def benchmark_sources(self) -> tuple[BenchmarkSource, ...]:
+        """The validation benchmarks; when the recipe leaves them null, the generated tasks' twelve
+        (data_source = benchmark name; a correct response is the bare answer)."""
+        if self.benchmarks is not None:
+            return self.benchmarks
+        from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS
+
+        return tuple(BenchmarkSource(b.name, b.name, b.domain, b.size, "{answer}") for b in BENCHMARKS)
+
+    def benchmark_set(self) -> BenchmarkSet:
+        return BenchmarkSet(tuple(b.info() for b in self.benchmark_sources()), dict(self.subsets))
+
+
+def _integer(recipe: Mapping[str, Any], key: str, low: int) -> int:
+    value = recipe[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"verl recipe key '{key}' must be an integer >= {low}; got {value!r}")
+    return value
+
+
+def _paths(recipe: Mapping[str, Any], key: str) -> tuple[Path, ...]:
+    value = recipe[key]
+    items = [value] if isinstance(value, (str, Path)) else list(value)
+    return tuple(Path(str(p)).expanduser() for p in items)
+
+
+def _benchmark(record: Mapping[str, Any]) -> BenchmarkSource:
+    allowed = {"data_source", "name", "domain", "items", "reference_format"}
+    record = dict(record)
+    if set(record) - allowed or not {"data_source", "domain", "items"} <= set(record):
+        raise ValueError(
+            f"verl benchmark entry {record} is malformed; keys: data_source, domain, items (required), "
+            "name, reference_format (optional)"
+        )
+    items = record["items"]
+    if isinstance(items, bool) or not isinstance(items, int) or items < 1:
+        raise ValueError(f"verl benchmark {record['data_source']!r}: items must be an integer >= 1; got {items!r}")
+    return BenchmarkSource(
+        data_source=str(record["data_source"]),
+        name=str(record.get("name") or record["data_source"]),
+        domain=str(record["domain"]),
+        items=items,
+        reference_format=record.get("reference_format"),
+    )
+
+
+def hydra_quote(text: str) -> str:
+    """`text` as a single-quoted Hydra override value that parses back to `text`.
+
+    Hydra treats a backslash as an escape only before a quote (or at the end of the string), so
+    those backslash runs are doubled and quotes escaped. `${` is refused: verl resolves its config
+    (`OmegaConf.resolve`) and then reads it again, so no escape survives both.
+    """
+    if "${" in text:
+        raise ValueError(f"cannot pass {text!r} to verl: '${{' would be read as an OmegaConf interpolation")
+    escaped = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), text)
+    return "'" + escaped + "'"
+
+
+def _hydra_list(items: Sequence[Any]) -> str:
+    return "[" + ",".join(hydra_quote(str(i)) for i in items) + "]"
+
+
+def policy_json(arm: ArmSpec) -> str:
+    """The arm as the plugin trainer reads it from `tune_dfrl.policy`."""
+    return json.dumps({"method": arm.method, "params": arm.params, "arm_id": arm.arm_id}, sort_keys=True)
+
+
+def build_overrides(recipe: VerlRecipe, arm: ArmSpec, seed: int, checkpoint_dir: Path) -> list[str]:
+    """verl Hydra overrides for (arm, seed) under `recipe` (see the module docstring)."""
+    return [
+        "algorithm.adv_estimator=grpo",
+        f"data.train_files={_hydra_list(recipe.train_files)}",
+        f"data.val_files={_hydra_list(recipe.val_files)}",
+        f"data.train_batch_size={recipe.train_batch_size}",
+        f"data.max_prompt_length={recipe.max_prompt_length}",
+        f"data.max_response_length={recipe.max_response_length}",
+        f"data.seed={seed}",
+        "data.dataloader_num_workers=0",
+        f"actor_rollout_ref.model.path={hydra_quote(str(recipe.model_path))}",
+        f"actor_rollout_ref.actor.optim.lr={recipe.lr!r}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={recipe.ppo_mini_batch_size}",
+        "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={2 * (recipe.max_prompt_length + recipe.max_response_length)}",
+        f"actor_rollout_ref.actor.data_loader_seed={seed}",
+        f"actor_rollout_ref.rollout.name={recipe.rollout_engine}",
+        f"actor_rollout_ref.rollout.n={recipe.rollout_n}",
+        f"actor_rollout_ref.rollout.seed={seed}",
+        "reward.custom_reward_function.path=" + REWARD_MODULE,
+        "reward.custom_reward_function.name=compute_score",
+        f"trainer.v1.trainer_mode={TRAINER_MODE}",
+        f"trainer.n_gpus_per_node={recipe.gpus_per_trial}",
+        "trainer.nnodes=1",
+        f"trainer.total_training_steps={recipe.steps}",
+        f"trainer.total_epochs={MAX_EPOCHS}",
+        f"trainer.test_freq={recipe.milestone_every}",
+        f"trainer.save_freq={recipe.milestone_every}",
+        "trainer.val_before_train=false",
+        "trainer.max_actor_ckpt_to_keep=1",
+        "trainer.resume_mode=auto",
+        f"trainer.default_local_dir={hydra_quote(str(checkpoint_dir.resolve() / 'verl'))}",
+        "trainer.logger=[console,file]",
+        "trainer.log_val_generations=0",
+        "trainer.project_name=tune_dfrl",
+        f"trainer.experiment_name={hydra_quote(f'{arm.arm_id}-seed{seed}')}",
+        "+ray_kwargs.ray_init.address=local",
+        "+ray_kwargs.ray_init.include_dashboard=false",
+        f"+tune_dfrl.policy={hydra_quote(policy_json(arm))}",
+        f"+tune_dfrl.domain_column={hydra_quote(recipe.domain_column)}",
+        *recipe.overrides,
+    ]
+
+
+def verl_config_dir() -> Path:
+    import verl
+
+    return Path(verl.__file__).resolve().parent / "trainer" / "config"
+
+
+def compose_verl_config(overrides: Sequence[str]) -> Any:
+    """verl's `ppo_trainer` config composed with `overrides`, as `main_ppo` would see it.
+
+    Works inside a running Hydra app too: the global Hydra state is set aside and restored.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    backup = get_gh_backup()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+            return compose(config_name="ppo_trainer", overrides=list(overrides))
+    finally:
+        restore_gh_from_backup(backup)
+
+
+def check_verl_config(config: Any) -> None:
+    """Run verl's own `validate_config` (verl/utils/config.py) as `main_ppo.main` does."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))

@@ -1,0 +1,110 @@
+"""The plugin trainer: verl's synchronous v1 PPO trainer plus the arm's data policy.
+
+Registered with verl's `register_trainer` as mode `tune_dfrl` (see `plugin.py`); verl's
+`TaskRunnerV1.run` (verl/trainer/main_ppo.py) picks it by `trainer.v1.trainer_mode=tune_dfrl`.
+Hooks into `PPOTrainer` (verl/trainer/ppo/v1/trainer_base.py):
+
+- `__init__`: verl branches on the mode *name* (`trainer_mode != "sync"` selects the async
+  replay buffer, TransferQueue checkpointing, exact refills), so the mode is reset to `"sync"`
+  before verl reads it: the synchronous code paths run unchanged.
+- `_init_dataloader`: reads the domain column of the training parquet; for a mixer arm the
+  training dataloader draws through `MixtureBatchSampler` (sampler.py).
+- `_compute_advantage`: after verl's GRPO advantages are in TransferQueue, reads the batch
+  back, applies the arm (`DataPolicy.apply`, hook.py) and writes `rollout_is_weights` (the
+  policy weights times verl's own, if any) and `advantages`; synthetic padding rows
+  (`is_padding` tags, verl/trainer/ppo/padding_utils.py) keep weight 1 and are not shown to
+  the policy. Diagnostics go to the step's metrics under `policy/`, the realised per-domain
+  counts of the step's batch under `policy/mix/count/<domain>`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import torch
+import transfer_queue as tq
+from omegaconf import DictConfig, open_dict
+from tensordict import TensorDict
+from torchdata.stateful_dataloader import StatefulDataLoader
+from transfer_queue import KVBatchMeta
+
+from verl.protocol import DataProto
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.dataset.rl_dataset import collate_fn
+from verl.workers.utils.padding import response_to_nested
+
+from .hook import DataPolicy, domain_ids
+from .sampler import MixtureBatchSampler
+
+POLICY_FIELDS = ("uid", "rm_scores", "advantages", "response_mask", "old_log_probs")
+
+
+class DataPolicyTrainer(PPOTrainerSync):
+    """`PPOTrainerSync` whose update sees the arm's selection, reweighting or domain mixture."""
+
+    def __init__(self, config: DictConfig):
+        with open_dict(config):
+            config.trainer.v1.trainer_mode = "sync"
+        super().__init__(config)
+        self.arm = json.loads(config.tune_dfrl.policy)
+        self.domain_column = str(config.tune_dfrl.domain_column)
+        self.mixture_sampler: MixtureBatchSampler | None = None
+
+    def _init_dataloader(self) -> None:
+        super()._init_dataloader()
+        frame = self.train_dataset.dataframe
+        values = np.asarray(frame[self.domain_column], dtype=str) if self.domain_column in frame.column_names else None
+        domains = sorted(set(values.tolist())) if values is not None else []
+        self.data_policy = DataPolicy.from_arm(
+            self.arm, self.config.actor_rollout_ref.rollout.n, domains, self.domain_column
+        )
+        if self.data_policy.mixer is None:
+            return
+        self.mixture_sampler = MixtureBatchSampler(
+            domain_ids(values, self.data_policy.domains),
+            len(domains),
+            self.data_policy.mixer,
+            self.config.data.train_batch_size,
+            seed=int(self.config.data.get("seed") or 0),
+        )
+        self.train_dataloader = StatefulDataLoader(
+            dataset=self.train_dataset, batch_sampler=self.mixture_sampler, num_workers=0, collate_fn=collate_fn
+        )
+
+    def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        batch = super()._compute_advantage(batch, metrics)
+        present = set(batch.fields or ())
+        fields = [*POLICY_FIELDS, *(f for f in ("rollout_is_weights", self.domain_column) if f in present)]
+        stored = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        response_mask = stored["response_mask"]
+        data = policy_input(stored, self.domain_column)
+        real = np.fromiter((not tag.get("is_padding", False) for tag in batch.tags), dtype=bool, count=len(batch))
+        subset = data.select_idxs(real)
+        metrics.update(self.data_policy.apply(subset, step=self.global_steps - 1))
+        if self.mixture_sampler is not None:
+            counts = self.mixture_sampler.last_counts
+            metrics.update({f"policy/mix/count/{d}": float(c) for d, c in zip(self.data_policy.domains, counts)})
+
+        real_rows = torch.from_numpy(real)
+        weights = torch.ones_like(data.batch["advantages"], dtype=torch.float32)
+        weights[real_rows] = subset.batch["rollout_is_weights"]
+        advantages = data.batch["advantages"].clone()
+        advantages[real_rows] = subset.batch["advantages"]
+        output = {
+            "rollout_is_weights": response_to_nested(weights, response_mask),
+            "advantages": response_to_nested(advantages, response_mask),
+        }
+        return tq.kv_batch_put(
+            keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch))
+        )
+
+
+def policy_input(stored: TensorDict, domain_column: str) -> DataProto:
+    """A padded `DataProto` of the fields read back from TransferQueue (as verl's own
+    `_compute_advantage` builds it), with `uid` and the domain column as non-tensor columns."""
+    data = DataProto(batch=stored.to_padded_tensor())
+    for column in ("uid", domain_column):
+        if column in data.batch.keys():
+            data.non_tensor_batch[column] = np.array(data.batch.pop(column).tolist(), dtype=object)
+    return data
