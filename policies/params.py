@@ -219,13 +219,13 @@ class ParamSpec:
             if lo > hi:
                 raise ValueError(f"{where} holds no integer in {p.range_text(rollout_n)}")
             return (lo, hi)
+        if p.log and lo <= 0:
+            raise ValueError(f"{where} is on a log scale and needs low > 0; got {lo}")
         # Sampling bounds are inclusive: step off an open bound by one ulp.
         if p.low_open and lo == p.low:
             lo = math.nextafter(lo, math.inf)
         if p.high_open and hi == p.high:
             hi = math.nextafter(hi, -math.inf)
-        if p.log and lo <= 0:
-            raise ValueError(f"{where} is on a log scale and needs low > 0; got {lo}")
         return (lo, hi)
 
     def _lower_of(self, name: str) -> str | None:
