@@ -2,29 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
 
+from decisions_helpers import load_benchmark
 from tune_dfrl.rungs import RungRule
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "search_decisions.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("search_decisions", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark()
 
 
 def test_calibration_pools_paired_and_seed_spread_hand_computed(bench, tmp_path):
