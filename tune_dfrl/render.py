@@ -110,7 +110,7 @@ def sections(summary: dict, table: ScoreTable, figures: dict[str, Path]) -> list
     rec = summary["recommendation"]
     source = ", ".join(f"{k}={v}" for k, v in summary["source"].items() if v)
     head = Section("Recommendation", [
-        f"**Recommended: `{rec['arm']}`** ({'the control' if rec['is_control'] else 'credible winner'}) — {rec['reason']}.",
+        f"**Recommended: `{rec['recommended']}`** ({'the control' if rec['is_control'] else 'credible winner'}) — {rec['reason']}.",
         f"Point-best arm on `{rec['aggregation']}`: `{rec['point_best']}` (never selected on its mean alone).",
         f"Control `{summary['control']}`; seeds {', '.join(map(str, summary['seeds']))}; aggregations "
         f"{', '.join(summary['aggregations'])} (primary `{summary['primary']}`); equivalence margin "
@@ -265,4 +265,4 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
             rich.add_row(*(escape(cell) for cell in row))
         console.print(rich)
     rec = summary["recommendation"]
-    console.print(f"[bold]recommended:[/bold] {escape(rec['arm'])} — {escape(rec['reason'])}")
+    console.print(f"[bold]recommended:[/bold] {escape(rec['recommended'])} — {escape(rec['reason'])}")

@@ -39,6 +39,7 @@ from statsmodels.stats.power import TTestPower
 
 VERDICTS = ("better", "worse", "equivalent", "inconclusive")
 EXACT_PERMUTATION_MAX_SEEDS = 16
+MAX_SEEDS_NEEDED = 2**30  # the seeds-needed search stops here (an effect that small is never resolved)
 
 
 @dataclass(frozen=True)
@@ -175,14 +176,24 @@ def power_figures(sd: float, n: int, delta: float, alpha: float = 0.05, power: f
 
     Two-sided one-sample t-test on the paired differences (statsmodels TTestPower): the MDE is the
     standardised effect reaching `power` at n seeds times sd; seeds needed is the smallest n >= 2
-    whose power at effect delta / sd reaches `power`.
+    whose power at effect delta / sd reaches `power` (integer bisection; power grows with n), or
+    MAX_SEEDS_NEEDED when even that many would not.
     """
-    if sd == 0:
+    if sd < 1e-9:  # identical differences at every seed (up to rounding): any effect is detected at 2 seeds
         return 0.0, 2
     analysis = TTestPower()
     effect = analysis.solve_power(effect_size=None, nobs=n, alpha=alpha, power=power, alternative="two-sided")
-    needed = analysis.solve_power(effect_size=delta / sd, nobs=None, alpha=alpha, power=power, alternative="two-sided")
-    return float(np.asarray(effect).item()) * sd, max(2, math.ceil(float(np.asarray(needed).item()) - 1e-9))
+
+    def reaches(seeds: int) -> bool:
+        return analysis.power(delta / sd, seeds, alpha, alternative="two-sided") >= power
+
+    low, high = 1, 2
+    while not reaches(high) and high < MAX_SEEDS_NEEDED:
+        low, high = high, 2 * high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if reaches(mid) else (mid, high)
+    return float(np.asarray(effect).item()) * sd, high
 
 
 def recommend(verdicts: dict[str, ArmVerdict], control_name: str, seeds_needed: int | None = None) -> dict:
