@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -258,7 +259,7 @@ def write_report(summary: dict, table: ScoreTable, out_dir: Path) -> dict[str, P
 
 def print_summary(summary: dict, console: Console | None = None) -> None:
     """Console summary: verdicts on the primary aggregation, recommendation, rank agreement, ranges."""
-    console = console or Console()
+    console = console or Console(width=None if sys.stdout.isatty() else 150)
     for table in [verdict_table(summary, summary["primary"], compact=True), *_rank_tables(summary)]:
         rich = RichTable(*table.columns, title=table.caption.replace("`", ""))
         for row in table.rows:

@@ -28,7 +28,7 @@ import pandas as pd
 
 from tune_dfrl.aggregate import aggregate, check_aggregations, default_aggregations, members
 from tune_dfrl.render import print_summary, write_report
-from tune_dfrl.scores import BenchmarkSet, ScoreTable, load_csv, load_mlflow, load_results
+from tune_dfrl.scores import BenchmarkSet, Runs, ScoreTable, load_csv, load_mlflow, load_results
 from tune_dfrl.stats import (
     paired_verdicts,
     power_figures,
@@ -62,9 +62,8 @@ def default_control(table: ScoreTable) -> str:
 class _Scores:
     """Aggregated score matrices [arm x control seed] of the final milestones, NaN where a run is missing."""
 
-    def __init__(self, table: ScoreTable, control: str, arms: list[str], seeds: list[int]):
-        self.bench = table.bench
-        self.runs = table.runs()
+    def __init__(self, bench: BenchmarkSet, runs: Runs, control: str, arms: list[str], seeds: list[int]):
+        self.bench, self.runs = bench, runs
         self.index, self.seeds = [control, *arms], seeds
 
     def matrix(self, name: str, drop: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -161,9 +160,14 @@ def analyze(table: ScoreTable, control: str, aggregations: list[str] | None = No
     check_aggregations(aggregations, table.bench, table.has_lengths)
     if control not in final.arms:
         raise ValueError(f"control {control!r} is not an arm of the score table; arms: {', '.join(final.arms)}")
-    seeds, arms, excluded, notes = _pair_arms(final.runs().keys, control)
-    scores = _Scores(final, control, arms, seeds)
+    runs = final.runs()
+    seeds, arms, excluded, notes = _pair_arms(runs.keys, control)
+    scores = _Scores(final.bench, runs, control, arms, seeds)
     notes = list(final.notes) + notes + [f"excluded arm {a!r}: {why}" for a, why in excluded.items()]
+    if final.has_steps:
+        last = final.frame.groupby("arm")["step"].max()
+        notes += [f"arm {a!r} ends at step {last[a]}, the control at {last[control]}: its deltas compare different "
+                  f"training lengths" for a in arms if last[a] != last[control]]
 
     per_arm: dict[str, dict[str, dict]] = {arm: {} for arm in arms}
     means, verdicts_by_agg, prob, flips, ranking = {}, {}, {}, {}, {}
@@ -188,7 +192,7 @@ def analyze(table: ScoreTable, control: str, aggregations: list[str] | None = No
             flips[name] = None
         robustness[name] = _robustness(scores, name, arm_means, {a: v.verdict for a, v in verdicts.items()}, delta, alpha)
 
-    common = int(scores.matrix(aggregations[0]).notna().all(axis=0).sum())
+    common = joint.shape[1]  # seeds shared by every compared arm and the control (the same under every aggregation)
     if flip_subsets is None:
         notes.append(f"winner-flip rate needs more than flip_k={flip_k} seeds shared by all arms; there are {common}")
     if common < 2:
