@@ -211,7 +211,7 @@ def recommend(verdicts: dict[str, ArmVerdict], control_name: str, seeds_needed: 
                 "seeds_needed": None,
                 "reason": f"{best!r} is credibly better than {control_name!r} with the highest Holm-adjusted lower "
                           f"bound ({v.ci_low:+.2f} points; mean {v.delta:+.2f})"}
-    need = f"; about {seeds_needed} paired seeds per arm would resolve the equivalence margin" if seeds_needed else ""
+    need = f"; about {seeds_needed} paired seeds per arm would resolve the equivalence margin for every arm (80% power)" if seeds_needed else ""
     return {"recommended": control_name, "is_control": True, "delta": 0.0, "ci_low": None, "point_best": point_best,
             "seeds_needed": seeds_needed,
             "reason": f"no arm is credibly better than {control_name!r}; keep the control{need}"}
