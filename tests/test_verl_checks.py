@@ -1,0 +1,130 @@
+"""Bad input is a clear error before any GPU is requested; calibration of the reward function."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tune_dfrl.backend import ArmSpec
+from tune_dfrl.trainers.verl import checks
+from tune_dfrl.trainers.verl.backend import VerlBackend
+from tune_dfrl.trainers.verl.export import export_tasks
+from tune_dfrl.trainers.verl.recipe import VerlRecipe, default_recipe
+from tune_dfrl.trainers.verl.reward import compute_score
+
+BASELINE = ArmSpec("baseline", {}, "base", "baseline")
+MIXER = ArmSpec("dump_ucb", {"c": 1.0}, "ucb", "dump_ucb")
+GSM8K = [{"data_source": "openai/gsm8k", "name": "gsm8k", "domain": "math", "items": 3,
+          "reference_format": "#### {answer}"}]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("verl_checks")
+    (root / "model").mkdir()
+    (root / "model" / "config.json").write_text("{}")
+    train, val = export_tasks(root / "generated", per_domain=4)
+    rows = [{"prompt": [{"role": "user", "content": f"q{i}"}], "data_source": "openai/gsm8k",
+             "reward_model": {"style": "rule", "ground_truth": str(40 + i)}} for i in range(3)]
+    pq.write_table(pa.Table.from_pylist(rows), root / "gsm8k.parquet")
+    pq.write_table(pa.Table.from_pylist([{k: v for k, v in r.items() if k != "reward_model"} for r in rows]),
+                   root / "no_reward.parquet")
+    return {"model": root / "model", "train": train, "val": val, "gsm8k": root / "gsm8k.parquet",
+            "no_reward": root / "no_reward.parquet", "missing": root / "missing.parquet"}
+
+
+def recipe(files, **changes) -> dict:
+    base = dict(model_path=str(files["model"]), train_files=[str(files["train"])], val_files=[str(files["val"])],
+                gpus_per_trial=1, rollout_n=4, train_batch_size=8)
+    return default_recipe(**{**base, **changes})
+
+
+def check(arm: ArmSpec, recipe: dict) -> None:
+    checks.check_trial(arm, VerlRecipe.from_dict(recipe))
+
+
+def test_a_good_recipe_passes_every_check_but_the_missing_rollout_engine(files):
+    check(MIXER, recipe(files))  # files, columns, benchmarks, arm, composed config through verl's validate_config
+    if importlib.util.find_spec("vllm") is None:
+        with pytest.raises(ValueError, match=r"vllm rollout is not installed.*pip install -e '\.\[gpu\]'"):
+            VerlBackend(recipe(files)).validate(MIXER, recipe(files))
+
+
+@pytest.mark.parametrize(
+    ("arm", "changes", "message"),
+    [
+        (BASELINE, {"model_path": "/nowhere/model"}, "model_path /nowhere/model is not a Hugging Face model directory"),
+        (BASELINE, {"train_files": ["MISSING"]}, r"parquet file .*missing\.parquet does not exist"),
+        (BASELINE, {"val_files": ["NO_REWARD"]}, r"lacks the verl column\(s\) \['reward_model'\]"),
+        (MIXER, {"train_files": ["GSM8K"]}, "mixer arms need the domain column 'domain'"),
+        (MIXER, {"domain_column": "topic"}, "mixer arms need the domain column 'topic'"),
+        (BASELINE, {"val_files": ["GSM8K"]}, r"validation data_source\(s\) \['openai/gsm8k'\] have no benchmark mapping"),
+        (BASELINE, {"val_files": ["GSM8K"], "benchmarks": [{**GSM8K[0], "items": 5}]},
+         "benchmark item counts differ from the validation rows: openai/gsm8k: items=5, rows=3"),
+        (BASELINE, {"gpus_per_trial": 0}, "gpus_per_trial must be >= 1"),
+        (ArmSpec("softmax", {"temprature": 2.0}, "x", "x"), {}, "unknown parameter 'temprature'"),
+        (BASELINE, {"overrides": ["actor_rollout_ref.actor.use_dynamic_bsz=false"]},
+         "(?s)verl rejects the recipe's configuration: .*ppo_micro_batch_size"),
+        (BASELINE, {"overrides": ["trainer.no_such_key=1"]}, "verl rejects the recipe's configuration"),
+    ],
+)
+def test_bad_input_is_a_clear_error(files, arm, changes, message):
+    changes = {k: [str(files[f.lower()]) if f.isupper() else f for f in v] if k.endswith("_files") else v
+               for k, v in changes.items()}
+    with pytest.raises(ValueError, match=message):
+        check(arm, recipe(files, **changes))
+
+
+def test_missing_verl_or_verl_core_is_named(files, monkeypatch):
+    real = importlib.util.find_spec
+    hidden: set[str] = set()
+    monkeypatch.setattr(checks.importlib.util, "find_spec", lambda name, *a: None if name in hidden else real(name, *a))
+    hidden.add("transfer_queue")
+    with pytest.raises(ValueError, match=r"'verl-core' extra is not installed \(missing modules: transfer_queue\)"):
+        check(BASELINE, recipe(files))
+    hidden.add("verl")
+    with pytest.raises(ValueError, match=r"needs verl 0\.9\.1, which is not installed: pip install 'verl\[verl-core\]==0\.9\.1'"):
+        check(BASELINE, recipe(files))
+
+
+def test_calibration_passes_on_the_generated_tasks_and_gsm8k(files):
+    assert VerlBackend(recipe(files)).calibrate().ok
+    gsm8k = recipe(files, val_files=[str(files["gsm8k"])], benchmarks=GSM8K)
+    result = VerlBackend(gsm8k).calibrate()
+    assert result.ok and result.failures == []
+
+
+def test_calibration_catches_a_reference_format_the_scorer_rejects(files):
+    wrong = [{**GSM8K[0], "reference_format": "The answer is {answer}"}]  # gsm8k's strict scorer wants '#### 42'
+    result = VerlBackend(recipe(files, val_files=[str(files["gsm8k"])], benchmarks=wrong)).calibrate()
+    assert not result.ok
+    assert result.failures[0] == "gsm8k: response 'The answer is 40' (ground truth '40') scores 0.0, expected 1.0"
+
+
+def test_calibration_skips_a_benchmark_without_reference_format(files, caplog):
+    plain = [{k: v for k, v in GSM8K[0].items() if k != "reference_format"}]
+    with caplog.at_level(logging.WARNING):
+        result = VerlBackend(recipe(files, val_files=[str(files["gsm8k"])], benchmarks=plain)).calibrate()
+    assert result.ok
+    assert "benchmark gsm8k not calibrated" in caplog.text
+
+
+def test_reward_on_generated_rows_uses_the_embedded_verifier(files):
+    row = pq.read_table(files["val"]).slice(0, 1).to_pylist()[0]  # math_add: "a+b=" with its answer
+    truth, extra = row["reward_model"]["ground_truth"], row["extra_info"]
+    assert compute_score(row["data_source"], f" {truth}\n", truth, extra) == {
+        "score": 1.0, "acc": 1.0, "length_chars": float(len(truth) + 2), "format_fail": 0.0}
+    assert compute_score(row["data_source"], "forty", truth, extra)["format_fail"] == 1.0
+    assert compute_score("openai/gsm8k", "#### 41", "42")["acc"] == 0.0
+
+
+def test_resources_request_the_recipes_gpus(files):
+    assert VerlBackend().resources(recipe(files, gpus_per_trial=8)) == {"cpu": 1, "gpu": 8}
+    with pytest.raises(ValueError, match=r"construct VerlBackend\(recipe\)"):
+        VerlBackend().benchmarks()
+    assert [b.name for b in VerlBackend(recipe(files)).benchmarks()][:2] == ["math_add", "math_sub"]

@@ -1,0 +1,105 @@
+"""Our verl Hydra overrides compose with verl's own config and pass verl's validate_config; recipe errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+from tune_dfrl.backend import ArmSpec
+from tune_dfrl.trainers.verl.recipe import (
+    VerlRecipe,
+    build_overrides,
+    check_verl_config,
+    compose_verl_config,
+    default_recipe,
+    hydra_quote,
+)
+
+ARM = ArmSpec("gfpo", {"k": 2, "metric": "short", "note": "it's a \\ test"}, "abc123def456", "gfpo k=2")
+
+
+def make_recipe(**changes) -> VerlRecipe:
+    base = dict(model_path="/models/m", train_files=["/data/train.parquet"], val_files=["/data/val.parquet"])
+    return VerlRecipe.from_dict(default_recipe(**{**base, **changes}))
+
+
+@pytest.mark.parametrize("text", ["plain", "it's", "ends with \\", "a\\'b", 'q"\\"', "/a b/c=d,e.parquet"])
+def test_hydra_quote_round_trips(text):
+    assert OverridesParser.create().parse_overrides([f"k={hydra_quote(text)}"])[0].value() == text
+
+
+def test_hydra_quote_refuses_interpolation():
+    with pytest.raises(ValueError, match="OmegaConf interpolation"):
+        hydra_quote("${oc.env:HOME}")
+
+
+def test_overrides_compose_with_verl_config_and_pass_validate_config(tmp_path):
+    recipe = make_recipe(gpus_per_trial=4, rollout_n=8, milestone_every=10, steps=50, lr=2e-6,
+                         overrides=["actor_rollout_ref.actor.kl_loss_coef=0.005"])
+    config = compose_verl_config(build_overrides(recipe, ARM, seed=11, checkpoint_dir=tmp_path))
+    check_verl_config(config)  # verl/utils/config.py validate_config, as main_ppo runs it
+    OmegaConf.resolve(config)  # as verl's TaskRunnerV1 does before reading it
+
+    assert config.algorithm.adv_estimator == "grpo"
+    assert config.trainer.v1.trainer_mode == "tune_dfrl" and config.trainer.use_v1
+    assert (config.data.seed, config.actor_rollout_ref.actor.data_loader_seed, config.actor_rollout_ref.rollout.seed) == (11, 11, 11)
+    assert list(config.trainer.logger) == ["console", "file"]
+    assert (config.trainer.test_freq, config.trainer.save_freq, config.trainer.total_training_steps) == (10, 10, 50)
+    assert not config.trainer.val_before_train
+    assert config.trainer.n_gpus_per_node == 4 and config.trainer.nnodes == 1
+    assert config.actor_rollout_ref.rollout.n == 8 and config.actor_rollout_ref.actor.optim.lr == 2e-6
+    assert config.ray_kwargs.ray_init.address == "local"
+    assert config.trainer.default_local_dir == str(tmp_path.resolve() / "verl")
+    assert list(config.data.train_files) == ["/data/train.parquet"]
+    assert config.reward.custom_reward_function.path == "pkg://tune_dfrl.trainers.verl.reward"
+    assert json.loads(config.tune_dfrl.policy) == {"method": "gfpo", "params": ARM.params, "arm_id": ARM.arm_id}
+    assert config.tune_dfrl.domain_column == "domain"
+    assert config.actor_rollout_ref.actor.kl_loss_coef == 0.005  # the recipe's own overrides come last and win
+
+
+def test_reward_function_path_loads_through_verl():
+    from verl.utils.import_utils import load_extern_object
+
+    from tune_dfrl.trainers.verl.reward import compute_score
+
+    assert load_extern_object("pkg://tune_dfrl.trainers.verl.reward", "compute_score") is compute_score
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"temprature": 1.0}, r"unknown verl recipe keys \['temprature'\]; allowed: .*lr"),
+        ({"model_path": "???"}, "verl recipe key 'model_path' must be set"),
+        ({"rollout_n": 0}, "'rollout_n' must be an integer >= 1; got 0"),
+        ({"lr": "fast"}, "'lr' must be a number > 0"),
+        ({"ppo_mini_batch_size": 48}, "ppo_mini_batch_size=48 must divide train_batch_size=128"),
+        ({"rollout_engine": "hf"}, "rollout_engine='hf'; allowed: vllm, sglang"),
+        ({"benchmarks": [{"data_source": "x", "items": 3}]}, "keys: data_source, domain, items"),
+    ],
+)
+def test_recipe_errors_name_the_key_and_what_is_allowed(changes, message):
+    base = dict(model_path="/m", train_files=["/t.parquet"], val_files=["/v.parquet"])
+    with pytest.raises(ValueError, match=message):
+        VerlRecipe.from_dict({**default_recipe(**base), **changes})
+
+
+def test_missing_keys_are_named():
+    recipe = default_recipe(model_path="/m", train_files=["/t"], val_files=["/v"])
+    del recipe["steps"]
+    with pytest.raises(ValueError, match=r"lacks keys \['steps'\]"):
+        VerlRecipe.from_dict(recipe)
+
+
+def test_generated_benchmarks_when_the_recipe_leaves_them_null():
+    bench = make_recipe().benchmark_set()
+    assert len(bench.benchmarks) == 12 and bench.domains == ["math", "logic", "science"]
+    assert all(b.reference_format == "{answer}" for b in make_recipe().benchmark_sources())
+
+
+def test_default_recipe_file_is_the_hydra_group_file():
+    path = Path(__file__).parents[1] / "tune_dfrl" / "conf" / "backend" / "verl.yaml"
+    assert OmegaConf.to_container(OmegaConf.load(path)) == default_recipe()
