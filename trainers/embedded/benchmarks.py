@@ -1,0 +1,127 @@
+"""The twelve fixed evaluation benchmarks and the per-domain training pools.
+
+Benchmarks are generated from fixed seeds (5 math, 4 logic, 3 science, of different sizes and
+difficulty levels). Training pools are drawn from the same generators with other seeds and
+exclude every candidate that matches an evaluation item exactly after normalisation or
+whose N-gram Jaccard with one exceeds the threshold (`overlap.py`); `checks.contamination_check`
+re-verifies that on the finished pools.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+from tune_dfrl.backend import BenchmarkInfo
+
+from .overlap import JACCARD_THRESHOLD, max_jaccard, normal_form
+from .tasks import DOMAINS, KINDS, Item, make_item
+
+EVAL_SEED = 20_240_601
+POOL_SEED = 20_240_602
+POOL_PER_KIND = 400
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One evaluation benchmark: `size` distinct items of one task kind, drawn from `seed`."""
+
+    name: str
+    kind: str
+    size: int
+
+    @property
+    def domain(self) -> str:
+        return KINDS[self.kind].domain
+
+    @property
+    def level(self) -> int:
+        return KINDS[self.kind].level
+
+    def info(self) -> BenchmarkInfo:
+        return BenchmarkInfo(self.name, self.domain, self.size)
+
+    def items(self) -> list[Item]:
+        return list(_benchmark_items(self))
+
+
+BENCHMARKS: tuple[Benchmark, ...] = (
+    Benchmark("math_add", "add", 200),
+    Benchmark("math_sub", "sub", 200),
+    Benchmark("math_add2", "add2", 250),
+    Benchmark("math_chain", "chain", 250),
+    Benchmark("math_mul", "mul", 120),
+    Benchmark("logic_bool3", "bool3", 300),
+    Benchmark("logic_bool5", "bool5", 200),
+    Benchmark("logic_order", "order", 250),
+    Benchmark("logic_knights", "knights", 150),
+    Benchmark("sci_mc3", "mc3", 300),
+    Benchmark("sci_mc4", "mc4", 250),
+    Benchmark("sci_not5", "mc5not", 150),
+)
+BENCHMARK_NAMES: tuple[str, ...] = tuple(b.name for b in BENCHMARKS)
+
+
+def get_benchmarks(names: list[str] | tuple[str, ...] | None = None) -> list[Benchmark]:
+    """The named benchmarks in the fixed order (all twelve when `names` is None); a domain name
+    (math, logic, science) stands for all of that domain's benchmarks."""
+    if names is None:
+        return list(BENCHMARKS)
+    allowed = f"allowed benchmarks: {', '.join(BENCHMARK_NAMES)}; allowed domains: {', '.join(DOMAINS)}"
+    unknown = [n for n in names if n not in BENCHMARK_NAMES and n not in DOMAINS]
+    if unknown:
+        raise ValueError(f"unknown benchmark or domain name(s) {unknown}; {allowed}")
+    if not names:
+        raise ValueError(f"the benchmark list is empty; {allowed}")
+    return [b for b in BENCHMARKS if b.name in names or b.domain in names]
+
+
+def draw_unique(kind: str, count: int, rng: np.random.Generator, exclude: set[str] = frozenset()) -> list[Item]:
+    """`count` items of `kind` with distinct normal forms, none of them in `exclude`."""
+    seen = set(exclude)
+    items: list[Item] = []
+    for _ in range(50 * count):
+        item = make_item(kind, rng)
+        key = normal_form(item.prompt)
+        if key not in seen:
+            seen.add(key)
+            items.append(item)
+            if len(items) == count:
+                return items
+    raise RuntimeError(f"task kind '{kind}' yielded only {len(items)} distinct items of the {count} asked for")
+
+
+@cache
+def _benchmark_items(benchmark: Benchmark) -> tuple[Item, ...]:
+    rng = np.random.default_rng([EVAL_SEED, list(KINDS).index(benchmark.kind)])
+    return tuple(draw_unique(benchmark.kind, benchmark.size, rng))
+
+
+@cache
+def training_pools(per_kind: int = POOL_PER_KIND) -> dict[str, tuple[Item, ...]]:
+    """Per-domain training prompts: `per_kind` clean items of every kind of the domain.
+
+    Candidates come from their own seed stream; exact (normal-form) matches of any evaluation
+    item are never drawn, and candidates above the Jaccard threshold are dropped.
+    """
+    eval_prompts = [i.prompt for b in BENCHMARKS for i in b.items()]
+    eval_forms = {normal_form(p) for p in eval_prompts}
+    pools: dict[str, list[Item]] = {d: [] for d in DOMAINS}
+    for index, kind in enumerate(KINDS):
+        rng = np.random.default_rng([POOL_SEED, index])
+        candidates = draw_unique(kind, per_kind * 3 // 2, rng, exclude=eval_forms)
+        jaccard, _ = max_jaccard([c.prompt for c in candidates], eval_prompts)
+        clean = [c for c, j in zip(candidates, jaccard) if j <= JACCARD_THRESHOLD]
+        if len(clean) < per_kind:
+            raise RuntimeError(f"task kind '{kind}': only {len(clean)} uncontaminated training items, need {per_kind}")
+        pools[KINDS[kind].domain].extend(clean[:per_kind])
+    return {d: tuple(items) for d, items in pools.items()}
+
+
+@cache
+def longest_answer() -> int:
+    """Characters of the longest reference answer in the benchmarks and pools."""
+    pools = training_pools()
+    return max(len(i.answer) for items in [*(b.items() for b in BENCHMARKS), *pools.values()] for i in items)
