@@ -4,7 +4,8 @@
 
 A synthetic campaign has K arms with known true final effects against the control (most 0, a
 few negative, at most two positive). Every arm runs on the same S seeds at M evaluation
-milestones; rungs are the milestones before the last, from `--grace` on. The noise is calibrated
+milestones; the paired rungs are the milestones before the last from the rule's grace_fraction of
+training on (`RungRule.rungs`), plain ASHA's are Ray's geometric ones. The noise is calibrated
 to the paired per-seed spread of the DataFlex-RL runs (`../shared/data/dataflex_rl_all_runs_171.csv`).
 
 Score of arm a (a = 0 is the control) at seed s and milestone j = 1..M, i.e. after a fraction
@@ -251,22 +252,23 @@ def report_winner(final: np.ndarray, finished: np.ndarray) -> int:
 
 @dataclass(frozen=True)
 class Plan:
-    """What every method runs with; milestone indices are 0-based (index j = milestone j + 1)."""
+    """What every method runs with. Milestone indices are 0-based: index j is milestone j + 1."""
 
-    rules: dict[str, RungRule]  # per paired method (paired_asha, race)
-    grace: int = 0  # milestones skipped before the first rung
-    eta: float = 3.0  # plain ASHA's reduction factor
+    rules: dict[str, RungRule]  # the real rule per paired method (paired_asha, race); it places its rungs
+    eta: float = 3.0  # plain ASHA's reduction factor; its first rung is the first milestone (Ray's default)
     wilcoxon_p: float = 0.1  # Optuna WilcoxonPruner's default p_threshold
+    wilcoxon_grace: float = RungRule().grace_fraction  # the Wilcoxon rule stops at the paired scheduler's rungs
 
-    def paired_rungs(self, milestones: int) -> range:
-        """Every milestone before the last, after the grace milestones (the paired scheduler's rungs)."""
-        return range(self.grace, milestones - 1)
+    @staticmethod
+    def paired_rungs(rule: RungRule, milestones: int) -> list[int]:
+        """The paired scheduler's rungs (`RungRule.rungs` on milestone steps 1..M), as indices."""
+        return [step - 1 for step in rule.rungs(range(1, milestones + 1))]
 
     def asha_rungs(self, milestones: int) -> list[int]:
-        """Ray ASHA's rungs: milestone (grace + 1) * eta^k for every k where that is before the last."""
-        first, at = self.grace + 1, []
-        while round(first * self.eta ** len(at)) < milestones:
-            at.append(round(first * self.eta ** len(at)) - 1)
+        """Ray ASHA's rungs: milestones eta^k (grace period 1) before the last, as indices."""
+        at: list[int] = []
+        while round(self.eta ** len(at)) < milestones:
+            at.append(round(self.eta ** len(at)) - 1)
         return at
 
 
@@ -278,9 +280,11 @@ def run_method(method: str, scores: np.ndarray, orders: np.ndarray, trial_orders
     if method == "grid":
         finished, spent = run_paired_rungs(scores, orders, keep_all, rungs=())
     elif method == "wilcoxon_leader":
-        finished, spent = run_paired_rungs(scores, orders, wilcoxon_keep(plan.wilcoxon_p), plan.paired_rungs(milestones))
+        rungs = plan.paired_rungs(RungRule(grace_fraction=plan.wilcoxon_grace), milestones)
+        finished, spent = run_paired_rungs(scores, orders, wilcoxon_keep(plan.wilcoxon_p), rungs)
     else:
-        finished, spent = run_paired_rungs(scores, orders, rung_rule_keep(plan.rules[method]), plan.paired_rungs(milestones))
+        rule = plan.rules[method]
+        finished, spent = run_paired_rungs(scores, orders, rung_rule_keep(rule), plan.paired_rungs(rule, milestones))
     winners = np.array([report_winner(s[:, :, -1], f) for s, f in zip(scores, finished)])
     return Outcomes(finished, spent, winners)
 
@@ -375,17 +379,17 @@ def summary_json(results: dict[str, dict[str, Metrics]]) -> str:
 
 
 def sweep(model: CampaignModel, campaigns: int, seed: int) -> None:
-    """Rung-rule defaults from this benchmark: grace x confidence x (race | paired_asha at eta 2.5, 3)."""
-    print("| mode | eta | confidence | grace | compute_frac | best_kept | false_winner (worst setting) | null_correct |")
-    print("|---|---|---|---|---|---|---|---|")
-    for grace in (0, 1, 2, 3):
+    """Rung-rule defaults from this benchmark: grace_fraction x confidence x (race | paired_asha, eta 3)."""
+    print("| mode | confidence | grace_fraction | compute_frac | best_kept | false_winner (worst setting) | null_correct |")
+    print("|---|---|---|---|---|---|---|")
+    for grace in (0.0, 0.2, 0.3, 0.4):
         for confidence in (0.5, 0.6, 0.7, 0.8, 0.9):
-            for mode, eta in (("race", 3.0), ("paired_asha", 2.5), ("paired_asha", 3.0)):
-                plan = Plan(rules={mode: RungRule(mode=mode, eta=eta, confidence=confidence)}, grace=grace)
+            for mode in ("race", "paired_asha"):
+                plan = Plan(rules={mode: RungRule(mode=mode, eta=3.0, confidence=confidence, grace_fraction=grace)})
                 res = run_benchmark(model, plan, campaigns, seed, methods=(mode,))
                 m, worst = res[HEADLINE][mode], max(r[mode].false_winner for r in res.values())
                 print(
-                    f"| {mode} | {eta:g} | {confidence:g} | {grace} | {m.compute_frac:.3f} | {m.best_kept:.3f} "
+                    f"| {mode} | {confidence:g} | {grace:g} | {m.compute_frac:.3f} | {m.best_kept:.3f} "
                     f"| {worst:.3f} | {res[NULL][mode].null_correct:.3f} |",
                     flush=True,
                 )
@@ -397,7 +401,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="master seed: the same seed reproduces the table")
     parser.add_argument("--seeds", type=int, default=8, help="paired seeds per arm")
     parser.add_argument("--milestones", type=int, default=10, help="evaluation milestones per trial")
-    parser.add_argument("--grace", type=int, default=0, help="index of the first milestone used as a rung")
     parser.add_argument("--proxy-half", type=float, default=0.7, help="share of the true effect in the half-way delta")
     parser.add_argument("--sweep", action="store_true", help="also sweep rung-rule settings (slow; for tuning defaults)")
     args = parser.parse_args(argv)
@@ -416,10 +419,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         milestones=args.milestones,
         proxy_half=args.proxy_half,
     )
-    plan = Plan(rules={"paired_asha": RungRule(mode="paired_asha"), "race": RungRule(mode="race")}, grace=args.grace)
+    plan = Plan(rules={"paired_asha": RungRule(mode="paired_asha"), "race": RungRule(mode="race")})
     print(f"model: {model}")
     print(
-        f"plan: {plan}; paired rungs at milestones {[j + 1 for j in plan.paired_rungs(model.milestones)]}, "
+        f"plan: {plan}; paired rungs at milestones {[j + 1 for j in plan.paired_rungs(RungRule(), model.milestones)]}, "
         f"plain ASHA rungs at {[j + 1 for j in plan.asha_rungs(model.milestones)]} of {model.milestones}"
     )
     print(f"settings (true effects of the {len(SETTINGS[HEADLINE])} arms, points): {SETTINGS}")

@@ -124,6 +124,16 @@ def test_decide_is_pure():
     assert arms == snapshot
 
 
+def test_rungs_are_milestones_before_the_last_from_the_grace_fraction_on():
+    steps = [20 * k for k in range(1, 11)]  # 20, 40, ..., 200
+    assert RungRule(grace_fraction=0.0).rungs(steps) == tuple(steps[:-1])
+    assert RungRule(grace_fraction=0.3).rungs(reversed(steps)) == (60, 80, 100, 120, 140, 160, 180)
+    assert RungRule(grace_fraction=0.95).rungs(steps) == ()
+    assert RungRule().rungs([100]) == ()
+    with pytest.raises(ValueError, match="milestones must be positive training steps"):
+        RungRule().rungs([0, 10])
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -131,6 +141,7 @@ def test_decide_is_pure():
         ({"eta": 1.0}, "eta must be > 1"),
         ({"confidence": 1.0}, "confidence must be in \\(0, 1\\)"),
         ({"min_seeds": 1}, "min_seeds must be >= 2"),
+        ({"grace_fraction": 1.0}, "grace_fraction must be in \\[0, 1\\)"),
     ],
 )
 def test_bad_rules_are_rejected(kwargs, message):

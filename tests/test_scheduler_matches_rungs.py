@@ -21,6 +21,7 @@ from tune_dfrl.scheduler import ArmDecision, make_scheduler
 METRIC = "score/db"
 STEPS = (10, 20, 30, 40, 50)  # milestones; rungs at 10..40
 SEEDS = (0, 1, 2, 3)
+ETA, CONFIDENCE = 3.0, 0.8  # passed to both the scheduler and the pure rule
 
 
 class ScriptedController:
@@ -40,7 +41,8 @@ def scripted_run(mode: str, scores: np.ndarray, order: np.ndarray, bench) -> tup
     """Drive the scheduler on one campaign's scores [A, S, M]; return its decisions and milestones run per arm."""
     decisions: list[ArmDecision] = []
     scheduler = make_scheduler(
-        mode, metric=METRIC, control=bench.CONTROL, seeds=SEEDS, milestones=STEPS, on_decision=decisions.append
+        mode, metric=METRIC, control=bench.CONTROL, seeds=SEEDS, milestones=STEPS, eta=ETA, confidence=CONFIDENCE,
+        on_decision=decisions.append,
     )
     n_arms = scores.shape[0]
     trials = {
@@ -88,7 +90,7 @@ def test_scheduler_decisions_equal_the_pure_function(mode: str) -> None:
     rng = np.random.default_rng(11)
     scores = bench.simulate_scores(effects, model, 6, rng)
     orders = rng.permuted(np.tile(np.arange(1, len(effects) + 1), (6, 1)), axis=1)
-    rule = RungRule(mode=mode)
+    rule = RungRule(mode=mode, eta=ETA, confidence=CONFIDENCE)
     simulated_finished, simulated_spent = bench.run_paired_rungs(
         scores, orders, bench.rung_rule_keep(rule), range(len(STEPS) - 1)
     )

@@ -68,12 +68,10 @@ def test_simulation_is_calibrated_and_seeded(bench):
 
 
 def test_rung_placement(bench):
-    plan = bench.Plan(rules={}, grace=0, eta=3.0)
-    assert list(plan.paired_rungs(10)) == list(range(9))
-    assert plan.asha_rungs(10) == [0, 2, 8]  # Ray ASHA: milestones 1, 3, 9 of 10
-    late = bench.Plan(rules={}, grace=2, eta=3.0)
-    assert list(late.paired_rungs(10)) == list(range(2, 9))
-    assert late.asha_rungs(10) == [2, 8]  # milestones 3, 9
+    plan = bench.Plan(rules={}, eta=3.0)
+    assert plan.paired_rungs(RungRule(grace_fraction=0.0), 10) == list(range(9))
+    assert plan.paired_rungs(RungRule(grace_fraction=0.3), 10) == list(range(2, 9))  # milestones 3..9 of 10
+    assert plan.asha_rungs(10) == [0, 2, 8]  # Ray ASHA, grace period 1: milestones 1, 3, 9 of 10
 
 
 def test_paired_rungs_stop_a_hopeless_arm_at_the_first_rung(bench):
