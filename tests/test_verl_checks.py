@@ -114,6 +114,18 @@ def test_calibration_skips_a_benchmark_without_reference_format(files, caplog):
     assert "benchmark gsm8k not calibrated" in caplog.text
 
 
+def test_calibration_uses_the_reward_function_the_overrides_name(files, tmp_path):
+    """A user's own verl reward function (float result: verl's core variable is the score itself)."""
+    scorer = tmp_path / "my_reward.py"
+    scorer.write_text("def score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return float(solution_str == 'ANSWER ' + ground_truth)\n")
+    bench = [{**GSM8K[0], "reference_format": "ANSWER {answer}"}]
+    custom = [f"reward.custom_reward_function.path={scorer}", "reward.custom_reward_function.name=score"]
+    user = recipe(files, val_files=[str(files["gsm8k"])], benchmarks=bench, overrides=custom)
+    assert VerlBackend(user).calibrate().ok
+    assert not VerlBackend({**user, "overrides": []}).calibrate().ok  # gsm8k's own scorer rejects that format
+
+
 def test_reward_on_generated_rows_uses_the_embedded_verifier(files):
     row = pq.read_table(files["val"]).slice(0, 1).to_pylist()[0]  # math_add: "a+b=" with its answer
     truth, extra = row["reward_model"]["ground_truth"], row["extra_info"]

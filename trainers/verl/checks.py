@@ -7,18 +7,23 @@ the benchmark mapping disagree, the arm's parameters are invalid, or verl's own
 `validate_config` rejects the composed configuration. `check_rollout_engine` checks the rollout
 engine (vLLM / SGLang), which only the `gpu` extra installs.
 
-`calibrate` scores, per benchmark, the first `CALIBRATION_ROWS` validation rows with the trial's
-reward function: the ground truth rendered by the benchmark's `reference_format` must count as
-correct and each `MALFORMED` response as wrong. A benchmark without a `reference_format` is
-skipped with a logged warning (its scorer's answer format is unknown to us).
+`calibrate` scores, per benchmark, the first `CALIBRATION_ROWS` validation rows with the reward
+function the trials will use (`reward.custom_reward_function` of the composed config: ours,
+reward.py, unless the recipe's overrides name another): the ground truth rendered by the
+benchmark's `reference_format` must score 1 and each `MALFORMED` response 0 on verl's core
+validation variable (`acc` when the function returns it, else the score). A benchmark without a
+`reference_format` is skipped with a logged warning (its answer format is unknown to us).
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import importlib.util
+import inspect
 import logging
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +33,13 @@ from tune_dfrl.backend import ArmSpec, CalibrationResult
 
 from .hook import DataPolicy, is_mixer
 from .recipe import VerlRecipe, build_overrides, check_verl_config, compose_verl_config
-from .reward import compute_score
 
 VERL_VERSION = "0.9.1"
 VERL_CORE_MODULES = ("transfer_queue", "zmq", "msgspec", "tensordict", "torchdata", "datasets", "fastapi", "uvicorn")
 VERL_COLUMNS = ("prompt", "data_source", "reward_model")
 CALIBRATION_ROWS = 32
 MALFORMED = ("", "no answer")
+CALIBRATION_ARM = ArmSpec("baseline", {}, "calibration", "calibration")
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +116,11 @@ def check_benchmarks(recipe: VerlRecipe) -> None:
     recipe.benchmark_set()  # names, domains and subsets
 
 
+def trial_config(recipe: VerlRecipe, arm: ArmSpec) -> Any:
+    """verl's config of a trial of `arm` under `recipe` (seed and checkpoint folder do not matter here)."""
+    return compose_verl_config(build_overrides(recipe, arm, seed=0, checkpoint_dir=Path("/nonexistent")))
+
+
 def check_trial(arm: ArmSpec, recipe: VerlRecipe) -> None:
     """Everything but the rollout engine (see the module docstring)."""
     check_verl_installed()
@@ -120,14 +130,31 @@ def check_trial(arm: ArmSpec, recipe: VerlRecipe) -> None:
     check_benchmarks(recipe)
     DataPolicy.from_arm({"method": arm.method, "params": arm.params}, recipe.rollout_n, domains, recipe.domain_column)
     try:
-        config = compose_verl_config(build_overrides(recipe, arm, seed=0, checkpoint_dir=Path("/nonexistent")))
-        check_verl_config(config)
+        check_verl_config(trial_config(recipe, arm))
     except Exception as error:  # Hydra composition and verl's dataclass / assert checks
         raise ValueError(f"verl rejects the recipe's configuration: {error}") from error
 
 
+def trial_reward_function(recipe: VerlRecipe) -> Callable[..., Any]:
+    """The reward function verl will load for this recipe (verl/trainer/ppo/reward.py)."""
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    from verl.utils.reward_score import default_compute_score
+
+    return get_custom_reward_fn(trial_config(recipe, CALIBRATION_ARM)) or default_compute_score
+
+
+def core_value(result: Any) -> float:
+    """verl's core validation variable of one reward result (naive reward manager): `acc`, else the score."""
+    if inspect.isawaitable(result):
+        result = asyncio.run(result)
+    if isinstance(result, dict):
+        return float(result.get("acc", result["score"]))
+    return float(result)
+
+
 def calibrate(recipe: VerlRecipe) -> CalibrationResult:
-    """Reference answers must score as correct and malformed ones as wrong (module docstring)."""
+    """Reference answers must score 1 and malformed ones 0 (module docstring)."""
+    score = trial_reward_function(recipe)
     samples: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for path in recipe.val_files:
         wanted = [c for c in ("data_source", "reward_model", "extra_info") if c in parquet_columns(path)]
@@ -146,7 +173,8 @@ def calibrate(recipe: VerlRecipe) -> CalibrationResult:
             extra_info = dict(row.get("extra_info") or {})
             cases = [(bench.reference_format.format(answer=truth), 1.0), *((m, 0.0) for m in MALFORMED)]
             for response, want in cases:
-                got = compute_score(bench.data_source, response, truth, extra_info)["acc"]
+                got = core_value(score(data_source=bench.data_source, solution_str=response, ground_truth=truth,
+                                       extra_info=extra_info))
                 if got != want:
                     failures.append(f"{bench.name}: response {response!r} (ground truth {truth!r}) scores {got}, "
                                     f"expected {want}")

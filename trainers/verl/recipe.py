@@ -37,6 +37,7 @@ from .plugin import TRAINER_MODE
 RECIPE_FILE = Path(__file__).resolve().parents[2] / "tune_dfrl" / "conf" / "backend" / "verl.yaml"
 REWARD_MODULE = "pkg://tune_dfrl.trainers.verl.reward"
 ROLLOUT_ENGINES = ("vllm", "sglang")
+TOKENS_PER_GPU = 16384  # verl's default micro-batch token budget (dynamic batch size); at least one sequence
 MAX_EPOCHS = 1_000_000  # verl stops at trainer.total_training_steps; epochs must not end the run first
 
 
@@ -212,7 +213,7 @@ def build_overrides(recipe: VerlRecipe, arm: ArmSpec, seed: int, checkpoint_dir:
         f"actor_rollout_ref.actor.optim.lr={recipe.lr!r}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={recipe.ppo_mini_batch_size}",
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
-        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={2 * (recipe.max_prompt_length + recipe.max_response_length)}",
+        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={max(TOKENS_PER_GPU, recipe.max_prompt_length + recipe.max_response_length)}",
         f"actor_rollout_ref.actor.data_loader_seed={seed}",
         f"actor_rollout_ref.rollout.name={recipe.rollout_engine}",
         f"actor_rollout_ref.rollout.n={recipe.rollout_n}",
