@@ -72,7 +72,7 @@ class PairedRepeater(Searcher):
         self._cells: dict[str, tuple[str, int]] = {}  # Tune trial id -> (arm id, seed)
         self._scores: dict[str, dict[int, dict[int, float]]] = {}  # arm id -> seed -> step -> metric
         self._ends: dict[str, dict[int, str]] = {}  # arm id -> seed -> finished | stopped | failed
-        self._reported: set[tuple[str, int]] = set()  # (arm id, step) intermediate values told
+        self._intermediate: dict[str, dict[int, float]] = {}  # arm id -> step -> intermediate value told
         self.told: dict[str, tuple[str, float | None]] = {}  # arm id -> (Optuna state name, value)
         self._told_inner: set[str] = set()
         self._suggested = 0  # inner suggestions made (distinct or not)
@@ -101,7 +101,8 @@ class PairedRepeater(Searcher):
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         arm_id, seed = self._cells[trial_id]
         if result and "step" in result and self._metric in result:
-            self._record(arm_id, seed, result)
+            self._record(arm_id, seed, result)  # a result that made the scheduler stop the trial arrives here only
+            self._report_intermediate(arm_id, int(result["step"]))
         reached = max(self._scores.get(arm_id, {}).get(seed, {0: 0.0}))
         end = FAILED if error else FINISHED if reached >= self.final_step else STOPPED
         self._ends.setdefault(arm_id, {})[seed] = end
@@ -152,6 +153,8 @@ class PairedRepeater(Searcher):
                 return self._enqueue(arm, inner_id)
             log.info("suggestion %s duplicates arm %s (%s): not trained again", inner_id, arm.arm_id, arm.label)
             self._optuna_ids.setdefault(arm.arm_id, []).append(inner_id)
+            for step, value in self._intermediate.get(arm.arm_id, {}).items():  # what the first one was told so far
+                self.searcher.on_trial_result(inner_id, {INNER_METRIC: value, "training_iteration": step})
             self._maybe_tell(arm.arm_id)
         log.warning("%d consecutive suggestions duplicated known arms: the space is exhausted", self.max_duplicates)
         return False
@@ -169,15 +172,15 @@ class PairedRepeater(Searcher):
 
     def _report_intermediate(self, arm_id: str, step: int) -> None:
         """Tell Optuna the mean paired delta at a milestone before the last, once all live seeds reached it."""
-        if step >= self.final_step or (arm_id, step) in self._reported or arm_id in self.told or not self._optuna_ids.get(arm_id):
+        told = self._intermediate.setdefault(arm_id, {})
+        if step >= self.final_step or step in told or arm_id in self.told or not self._optuna_ids.get(arm_id):
             return
         ended = self._ends.get(arm_id, {})
         live = [s for s in self.seeds if ended.get(s) != FAILED]
         deltas = self.paired_deltas(arm_id, step)
         if not live or set(deltas) != set(live):
             return
-        self._reported.add((arm_id, step))
-        value = float(np.mean(list(deltas.values())))
+        value = told[step] = float(np.mean(list(deltas.values())))
         for inner_id in self._optuna_ids[arm_id]:
             self.searcher.on_trial_result(inner_id, {INNER_METRIC: value, "training_iteration": step})
 

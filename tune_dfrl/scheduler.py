@@ -174,8 +174,14 @@ class PairedScheduler(TrialScheduler):
         pass
 
     def choose_trial_to_run(self, tune_controller: TuneController) -> Trial | None:
-        """Resume a waiting trial whose rung is now decided (oldest first), else the oldest pending trial."""
+        """Resume a waiting trial whose rung is now decided (oldest first), else the oldest pending trial.
+
+        A trial that finished pausing after its arm was stopped is stopped here.
+        """
         trials = tune_controller.get_trials()
+        for trial in trials:
+            if trial.status == Trial.PAUSED and self._next(trial) == STOP:
+                tune_controller.stop_trial(trial)
         for trial in trials:
             if trial.status == Trial.PAUSED and self._next(trial) == CONTINUE:
                 return trial

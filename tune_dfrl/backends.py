@@ -1,0 +1,42 @@
+"""Backend registry: a backend name -> (backend, full recipe) from its Hydra config node.
+
+Backends are imported lazily, so the verl backend (and its GPU stack) loads only when chosen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tune_dfrl.backend import Backend
+
+Builder = Callable[[dict[str, Any]], tuple[Backend, dict[str, Any]]]
+
+
+def _embedded(cfg: dict[str, Any]) -> tuple[Backend, dict[str, Any]]:
+    """EmbeddedRecipe holds the defaults; `cfg` holds only the keys to override."""
+    from tune_dfrl.trainers.embedded.backend import EmbeddedBackend, EmbeddedRecipe
+
+    return EmbeddedBackend(), EmbeddedRecipe.from_dict(cfg).to_dict()
+
+
+def _verl(cfg: dict[str, Any]) -> tuple[Backend, dict[str, Any]]:
+    """conf/backend/verl.yaml holds the whole recipe."""
+    from tune_dfrl.trainers.verl.backend import VerlBackend
+
+    return VerlBackend(), cfg
+
+
+BACKENDS: dict[str, Builder] = {"embedded": _embedded, "verl": _verl}
+
+
+def make_backend(name: str, cfg: Mapping[str, Any] | None = None) -> tuple[Backend, dict[str, Any]]:
+    """The backend called `name` and its full recipe (defaults plus the overrides in `cfg`)."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; allowed: {', '.join(BACKENDS)}")
+    return BACKENDS[name](dict(cfg or {}))
+
+
+def get_backend(name: str, cfg: Mapping[str, Any] | None = None) -> Backend:
+    """The backend called `name` (see `make_backend` for its recipe)."""
+    return make_backend(name, cfg)[0]

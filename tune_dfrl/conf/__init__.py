@@ -1,0 +1,1 @@
+"""Packaged Hydra configs (`pkg://tune_dfrl.conf`)."""

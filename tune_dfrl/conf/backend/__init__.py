@@ -1,0 +1,1 @@
+"""Hydra config group `backend`: one YAML per training backend."""

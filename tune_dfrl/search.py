@@ -1,0 +1,316 @@
+"""The search service: `python -m tune_dfrl.search space=NAME [key=value ...]`.
+
+One search = the control arm and up to `arms` searched arms, each trained at the same explicit
+seeds (one Ray Tune trial per (arm, seed)); arms are suggested by Optuna through the
+`PairedRepeater` and continued or stopped together by the paired scheduler; every milestone goes
+to OUT/results.jsonl and MLflow; the paired-CI report ends it. Everything the user can get wrong
+is checked by `plan_search` before anything is written or any trial starts.
+
+Output directory (OUT):
+
+    search.json        the resolved plan (space, seeds, recipe, scheduler, ...)
+    benchmarks.json    the backend's benchmarks (name, domain, items)
+    results.jsonl      one line per (arm, seed, milestone)
+    cells/<arm_id>/seed<k>/checkpoint/   per-cell backend checkpoints (stable, keyed by arm id)
+    optuna.db          the Optuna study (sqlite): one trial per distinct arm, value = mean paired delta
+    ray/               Ray Tune's experiment state
+    mlflow.db, mlartifacts/   the default MLflow store
+    report/            report.md, report.html, figures, summary.json
+    summary.json       the report's summary
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tune_dfrl.backend import ArmSpec, Backend
+from tune_dfrl.backends import make_backend
+from tune_dfrl.rungs import RungRule
+from tune_dfrl.scheduler import SCHEDULERS, make_scheduler
+from tune_dfrl.spaces import ArmFactory, SearchSpace, available_spaces, recipe_hash, space_file_text
+from tune_dfrl.tracking import default_tracking_uri, ui_command
+
+METRIC_PREFIX = "score/"
+OPTUNA_STUDY = "tune_dfrl"  # study name in OUT/optuna.db: one trial per distinct arm, valued by its mean paired delta
+
+
+class SearchError(ValueError):
+    """Bad input, found before any trial starts."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated search: everything `run_search` needs, nothing written yet."""
+
+    space: SearchSpace
+    seeds: tuple[int, ...]
+    n_arms: int
+    backend_name: str
+    backend: Backend
+    recipe: dict[str, Any]
+    milestones: tuple[int, ...]
+    control: ArmSpec
+    make_arm: ArmFactory
+    aggregate: str
+    scheduler: dict[str, Any]
+    searcher: dict[str, Any]
+    report: dict[str, Any]
+    out: Path
+    tracking_uri: str
+    experiment: str
+    ray_address: str | None
+    ray_num_cpus: int | None
+
+    @property
+    def metric(self) -> str:
+        return METRIC_PREFIX + self.aggregate
+
+    @property
+    def total_cells(self) -> int:
+        return (self.n_arms + 1) * len(self.seeds)
+
+    def describe(self) -> dict[str, Any]:
+        """The plan as JSON-able settings (search.json, MLflow params)."""
+        return {"space": self.space.name, "seeds": list(self.seeds), "arms": self.n_arms, "backend": self.backend_name,
+                "recipe": self.recipe, "recipe_hash": self.make_arm.recipe_hash, "milestones": list(self.milestones),
+                "control": asdict(self.control), "metric": self.metric, "scheduler": self.scheduler,
+                "searcher": self.searcher, "report": self.report, "out": str(self.out),
+                "tracking_uri": self.tracking_uri, "experiment": self.experiment, "ray_address": self.ray_address}
+
+
+def plan_search(cfg: dict[str, Any]) -> Plan:
+    """Validate a search config (the Hydra config as a plain dict) and build the plan; writes nothing."""
+    backend_cfg = dict(cfg["backend"])
+    backend_name = backend_cfg.pop("name")
+    overrides = {k: v for k, v in (("steps", cfg.get("steps")), ("milestone_every", cfg.get("milestone_every"))) if v is not None}
+    backend, recipe = make_backend(backend_name, {**backend_cfg, **overrides})
+    steps, every = int(recipe["steps"]), int(recipe["milestone_every"])
+    if every < 1 or steps < every:
+        raise SearchError(f"step budget steps={steps} is shorter than one milestone (milestone_every={every}); "
+                          "need steps >= milestone_every >= 1")
+    milestones = tuple(sorted({*range(every, steps + 1, every), steps}))
+
+    space_cfg = dict(cfg["space"])
+    space = SearchSpace.from_mapping(space_cfg, int(recipe["rollout_n"]))
+    seeds = _seeds(cfg["seeds"])
+    n_arms = int(cfg["arms"])
+    if n_arms < 1:
+        raise SearchError(f"arms={n_arms}: a search needs at least 1 searched arm besides the control")
+    aggregate = str(cfg["metric"])
+    known = [info.name for info in backend.benchmarks()]
+    if aggregate in known:
+        raise SearchError(f"metric={aggregate!r} is a benchmark; the search optimises an aggregation such as db, macro, item")
+
+    scheduler = dict(cfg["scheduler"])
+    if scheduler["name"] not in SCHEDULERS:
+        raise SearchError(f"unknown scheduler {scheduler['name']!r}; allowed: {', '.join(SCHEDULERS)}")
+    if scheduler["name"] in ("paired_asha", "race"):
+        RungRule(scheduler["name"], scheduler["eta"], scheduler["confidence"], scheduler["min_seeds"])  # validates
+
+    make_arm = ArmFactory(int(recipe["rollout_n"]), recipe_hash(recipe))
+    control = make_arm({"method": space.control_method, "params": space.control_params})
+    for suggestion in [{"method": space.control_method, "params": space.control_params}, *space.default_suggestions()]:
+        backend.validate(make_arm(suggestion), recipe)
+
+    out = Path(cfg["out"] or f"runs/{space.name}-{time.strftime('%Y%m%d-%H%M%S')}").expanduser().absolute()
+    if out.exists() and any(out.iterdir()):
+        raise SearchError(f"output directory {out} is not empty; choose another out=DIR (resuming is not supported yet)")
+    tracking_uri = cfg["mlflow"]["tracking_uri"] or default_tracking_uri(out)
+    experiment = cfg["mlflow"]["experiment"] or f"tune_dfrl/{out.name}"
+    return Plan(space, seeds, n_arms, backend_name, backend, recipe, milestones, control, make_arm, aggregate,
+                scheduler, dict(cfg["searcher"]), dict(cfg["report"]), out, tracking_uri, experiment,
+                cfg["ray"]["address"], cfg["ray"]["num_cpus"])
+
+
+def _seeds(value: Any) -> tuple[int, ...]:
+    """A count n -> (0, ..., n-1); a list -> itself (distinct integers >= 0); at least 2 seeds."""
+    if isinstance(value, bool):
+        raise SearchError(f"seeds={value!r}: give a count or a list of integers")
+    seeds = tuple(range(value)) if isinstance(value, int) else tuple(value)
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+        raise SearchError(f"seeds={list(seeds)}: seeds must be integers >= 0")
+    if len(set(seeds)) != len(seeds):
+        raise SearchError(f"seeds={list(seeds)}: seeds must be distinct")
+    if len(seeds) < 2:
+        raise SearchError(f"seeds={value!r} gives {len(seeds)} seed(s); paired intervals need at least 2 seeds per arm")
+    return seeds
+
+
+def calibrate(backend: Backend) -> None:
+    """The backend's calibration smoke test; a failure refuses the search."""
+    result = backend.calibrate()
+    if not result.ok:
+        lines = "\n  ".join(result.failures)
+        raise SearchError(f"calibration smoke test failed; refusing to start the search:\n  {lines}")
+
+
+def run_search(plan: Plan) -> dict[str, Any]:
+    """Run a planned search to the end; returns the report summary (also in OUT/summary.json)."""
+    import optuna
+    import ray
+    from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
+
+    from tune_dfrl.pairing import INNER_METRIC, PairedRepeater
+    from tune_dfrl.progress import Progress
+    from tune_dfrl.results import ResultsLog
+    from tune_dfrl.tracking import SearchTracker
+    from tune_dfrl.trial import CellJob, run_cell, trial_dirname
+
+    calibrate(plan.backend)
+    out = plan.out
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "search.json").write_text(json.dumps(plan.describe(), indent=2))
+    benchmarks = plan.backend.benchmarks()
+    (out / "benchmarks.json").write_text(json.dumps([asdict(b) for b in benchmarks], indent=2))
+    print(f"search {plan.space.name}: {plan.n_arms} arms + control x {len(plan.seeds)} seeds, "
+          f"{plan.scheduler['name']} at steps {list(plan.milestones)}; output in {out}", flush=True)
+
+    tracker = SearchTracker(plan.tracking_uri, plan.experiment, _artifact_location(plan), plan.space.name,
+                            plan.control.arm_id, _flat_settings(plan.describe()), benchmarks)
+    progress = Progress(plan.control.arm_id, plan.metric, plan.total_cells)
+
+    def on_decision(decided: Any) -> None:
+        progress.note_decision(decided)
+        tracker.note_decision(decided)
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    sampler = optuna.samplers.TPESampler(seed=plan.searcher["seed"], n_startup_trials=plan.searcher["n_startup_trials"],
+                                         multivariate=True, group=True)
+    storage = optuna.storages.RDBStorage(f"sqlite:///{out / 'optuna.db'}")
+    inner = OptunaSearch(space=plan.space.sampler(), metric=INNER_METRIC, mode="max", sampler=sampler,
+                         storage=storage, study_name=OPTUNA_STUDY)
+    searcher = PairedRepeater(inner, plan.make_arm, plan.control, plan.seeds, plan.n_arms, max(plan.milestones),
+                              plan.metric, plan.searcher["max_duplicates"])
+    scheduler = make_scheduler(plan.scheduler["name"], metric=plan.metric, control=plan.control.arm_id, seeds=plan.seeds,
+                               milestones=plan.milestones, eta=plan.scheduler["eta"], confidence=plan.scheduler["confidence"],
+                               min_seeds=plan.scheduler["min_seeds"], grace_steps=plan.scheduler["grace_steps"],
+                               on_decision=on_decision)
+    resources = plan.backend.resources(plan.recipe)
+    job = CellJob(plan.backend, plan.recipe, str(out / "cells"), max(1, int(resources.get("cpu", 1))))
+
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: no Ray Tune status tables
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)  # results live in results.jsonl
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        ray.init(address=plan.ray_address or "local", num_cpus=plan.ray_num_cpus if not plan.ray_address else None,
+                 include_dashboard=False, object_store_memory=100 * 1024**2 if not plan.ray_address else None,
+                 log_to_driver=False, logging_level=logging.WARNING)
+    try:
+        trainable = tune.with_resources(tune.with_parameters(run_cell, job=job), resources)
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=plan.total_cells,
+                                        metric=plan.metric, mode="max", reuse_actors=True,
+                                        trial_dirname_creator=trial_dirname),
+            run_config=tune.RunConfig(storage_path=str(out / "ray"), name="tune", verbose=0,
+                                      failure_config=tune.FailureConfig(max_failures=0),
+                                      callbacks=[ResultsLog(out / "results.jsonl"), tracker, progress]),
+        )
+        tuner.fit()
+    except BaseException:
+        tracker.close("KILLED")
+        raise
+    finally:
+        if started_ray:
+            ray.shutdown()
+    return _report(plan, tracker, scheduler)
+
+
+def _report(plan: Plan, tracker: Any, scheduler: Any) -> dict[str, Any]:
+    """Analyse the arms that ran their full budget; note the stopped ones; save, log and print the report."""
+    from tune_dfrl.aggregate import default_aggregations
+    from tune_dfrl.report import analyze, print_summary, write_report
+    from tune_dfrl.scores import load_results
+
+    table = load_results(plan.out)
+    final = max(plan.milestones)
+    reached = table.frame.groupby("arm")["step"].max()
+    complete = [arm for arm in table.arms if reached[arm] >= final]
+    stopped = {arm: table.arm_info.get(arm, {}).get("arm_id", "") for arm in table.arms if reached[arm] < final}
+    control = next(arm for arm in table.arms if table.arm_info.get(arm, {}).get("arm_id") == plan.control.arm_id)
+    table = replace(table, frame=table.frame[table.frame["arm"].isin(complete)],
+                    notes=table.notes + tuple(_stop_note(arm, arm_id, scheduler) for arm, arm_id in stopped.items()))
+    report = plan.report
+    defaults = default_aggregations(table.bench, table.has_lengths)
+    aggregations = [plan.aggregate] + [a for a in defaults if a != plan.aggregate]
+    summary = analyze(table, control, aggregations, report["delta"], report["alpha"], report["seed"], report["flip_k"])
+    summary["stopped"] = {arm: _stop_note(arm, arm_id, scheduler) for arm, arm_id in stopped.items()}
+    paths = write_report(summary, table, plan.out / "report")
+    (plan.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    arm_ids = {arm: info.get("arm_id", "") for arm, info in table.arm_info.items()}
+    tracker.finish(summary, arm_ids, plan.aggregate, plan.out / "report")
+    print_summary(summary)
+    print(f"report:  {paths.get('markdown', plan.out / 'report')}")
+    print(f"summary: {plan.out / 'summary.json'}")
+    print(f"browse:  {ui_command(plan.tracking_uri)}")
+    return summary
+
+
+def _stop_note(arm: str, arm_id: str, scheduler: Any) -> str:
+    book = getattr(scheduler, "book", None)
+    decided = book.stopped(arm_id) if book is not None else None
+    if decided is None:
+        return f"arm {arm!r} was stopped before its last milestone; not analysed"
+    return f"arm {arm!r} was stopped at step {decided.rung} ({decided.decision.reason}); not analysed"
+
+
+def _artifact_location(plan: Plan) -> str | None:
+    """Artifacts next to a sqlite store; a tracking server decides its own."""
+    return (plan.out / "mlartifacts").as_uri() if plan.tracking_uri.startswith("sqlite:") else None
+
+
+def _flat_settings(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat_settings(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def register_spaces() -> None:
+    """Make every file of `search_spaces/` an option of the Hydra group `space`."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    for name in available_spaces():
+        store.store(group="space", name=name, node=yaml.safe_load(space_file_text(name)))
+
+
+def main() -> None:
+    import hydra
+    from omegaconf import OmegaConf
+
+    register_spaces()
+
+    @hydra.main(config_path="pkg://tune_dfrl.conf", config_name="search", version_base="1.3")
+    def run(cfg: Any) -> None:
+        try:
+            plan = plan_search(OmegaConf.to_container(cfg, resolve=True))
+        except ValueError as error:  # bad input: nothing written, no trial started
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(2)
+        try:
+            run_search(plan)
+        except SearchError as error:
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(2)
+
+    run()
+
+
+if __name__ == "__main__":
+    main()
