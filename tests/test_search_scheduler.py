@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tune_dfrl.rungs import RungRule, decide
-from tune_dfrl.scheduler import CONTINUE, STOP, WAIT, RungBook, make_scheduler, rung_steps
+from tune_dfrl.scheduler import CONTINUE, STOP, WAIT, PairedScheduler, RungBook, make_scheduler
 
 SEEDS = (0, 1, 2)
 CONTROL_AT_10 = {0: 40.0, 1: 50.0, 2: 60.0}
@@ -22,10 +22,9 @@ def feed(b: RungBook, arm: str, step: int, scores: dict[int, float]) -> list:
     return made
 
 
-def test_rungs_are_milestones_before_the_last_after_grace() -> None:
-    assert rung_steps([10, 20, 30, 40]) == (10, 20, 30)
-    assert rung_steps([40, 10, 30, 20], grace_steps=20) == (20, 30)
-    assert rung_steps([40]) == ()
+def test_rungs_follow_the_rule_grace_fraction() -> None:
+    made = make_scheduler("race", metric="score/db", control="C", seeds=SEEDS, milestones=[40, 10, 30, 20], grace_fraction=0.5)
+    assert isinstance(made, PairedScheduler) and made.book.rungs == (20, 30)
 
 
 def test_arm_waits_for_all_its_seeds_and_the_control_then_decides_once() -> None:

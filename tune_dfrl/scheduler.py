@@ -3,7 +3,8 @@
 `RungBook` is the pure bookkeeping (scores in, rung decisions and per-trial actions out) and can be
 driven by a scripted run without Ray. `PairedScheduler` is the Ray Tune `TrialScheduler` glue.
 
-Semantics. Rungs are the milestone steps before the last (at or after a grace step). For a
+Semantics. Rungs are the milestone steps before the last, at or after `grace_fraction` of the
+last (`RungRule.rungs`). For a
 searched arm A at rung r, the decision waits until A has a score at r for every seed of the
 search and the control has a score at r for those same seeds (seeds whose trial failed, for A or
 for the control, are left out). Then d[A][s] = score(A, s, r) - score(control, s, r) and
@@ -43,12 +44,6 @@ class ArmDecision:
     rung: int
     seeds: tuple[int, ...]
     decision: RungDecision
-
-
-def rung_steps(milestones: Sequence[int], grace_steps: int = 0) -> tuple[int, ...]:
-    """The rungs: every milestone before the last that is at or after `grace_steps`."""
-    ordered = sorted(set(milestones))
-    return tuple(step for step in ordered[:-1] if step >= grace_steps)
 
 
 class RungBook:
@@ -229,15 +224,15 @@ def make_scheduler(
     eta: float = 3.0,
     confidence: float = 0.8,
     min_seeds: int = 2,
-    grace_steps: int = 0,
+    grace_fraction: float = RungRule.grace_fraction,
     on_decision: Callable[[ArmDecision], None] | None = None,
 ) -> TrialScheduler:
     """`paired_asha` / `race` (paired, per arm), Ray's plain per-trial `asha`, or `fifo` (no stopping)."""
     if name in ("paired_asha", "race"):
-        book = RungBook(RungRule(name, eta, confidence, min_seeds), rung_steps(milestones, grace_steps), control, seeds)
-        return PairedScheduler(book, metric, on_decision)
+        rule = RungRule(name, eta, confidence, min_seeds, grace_fraction)
+        return PairedScheduler(RungBook(rule, rule.rungs(milestones), control, seeds), metric, on_decision)
     if name == "asha":
-        first = min(step for step in milestones if step >= grace_steps)
+        first = min(step for step in milestones if step >= grace_fraction * max(milestones))
         return ASHAScheduler(time_attr="step", max_t=max(milestones), grace_period=first, reduction_factor=eta)
     if name == "fifo":
         return FIFOScheduler()

@@ -115,7 +115,7 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
     if scheduler["name"] not in SCHEDULERS:
         raise SearchError(f"unknown scheduler {scheduler['name']!r}; allowed: {', '.join(SCHEDULERS)}")
     if scheduler["name"] in ("paired_asha", "race"):
-        RungRule(scheduler["name"], scheduler["eta"], scheduler["confidence"], scheduler["min_seeds"])  # validates
+        RungRule(scheduler["name"], scheduler["eta"], scheduler["confidence"], scheduler["min_seeds"], scheduler["grace_fraction"])
 
     make_arm = ArmFactory(int(recipe["rollout_n"]), recipe_hash(recipe))
     control = make_arm({"method": space.control_method, "params": space.control_params})
@@ -195,7 +195,7 @@ def run_search(plan: Plan) -> dict[str, Any]:
                               plan.metric, plan.searcher["max_duplicates"])
     scheduler = make_scheduler(plan.scheduler["name"], metric=plan.metric, control=plan.control.arm_id, seeds=plan.seeds,
                                milestones=plan.milestones, eta=plan.scheduler["eta"], confidence=plan.scheduler["confidence"],
-                               min_seeds=plan.scheduler["min_seeds"], grace_steps=plan.scheduler["grace_steps"],
+                               min_seeds=plan.scheduler["min_seeds"], grace_fraction=plan.scheduler["grace_fraction"],
                                on_decision=on_decision)
     resources = plan.backend.resources(plan.recipe)
     job = CellJob(plan.backend, plan.recipe, str(out / "cells"), max(1, int(resources.get("cpu", 1))))
