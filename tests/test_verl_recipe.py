@@ -78,6 +78,7 @@ def test_reward_function_path_loads_through_verl():
         ({"lr": "fast"}, "'lr' must be a number > 0"),
         ({"ppo_mini_batch_size": 48}, "ppo_mini_batch_size=48 must divide train_batch_size=128"),
         ({"rollout_engine": "hf"}, "rollout_engine='hf'; allowed: vllm, sglang"),
+        ({"val_files": ["data/val.parquet"]}, r"'val_files' needs absolute paths .*\['data/val.parquet'\]"),
         ({"benchmarks": [{"data_source": "x", "items": 3}]}, "keys: data_source, domain, items"),
     ],
 )

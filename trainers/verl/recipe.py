@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,9 +86,9 @@ class VerlRecipe:
     ppo_mini_batch_size: int
     domain_column: str
     benchmarks: tuple[BenchmarkSource, ...] | None  # None: the embedded backend's generated tasks
-    subsets: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    rollout_engine: str = "vllm"
-    overrides: tuple[str, ...] = ()
+    subsets: dict[str, tuple[str, ...]]
+    rollout_engine: str
+    overrides: tuple[str, ...]
 
     @classmethod
     def from_dict(cls, recipe: Mapping[str, Any]) -> VerlRecipe:
@@ -116,7 +116,7 @@ class VerlRecipe:
         if recipe["rollout_engine"] not in ROLLOUT_ENGINES:
             raise ValueError(f"rollout_engine={recipe['rollout_engine']!r}; allowed: {', '.join(ROLLOUT_ENGINES)}")
         return cls(
-            model_path=Path(str(recipe["model_path"])).expanduser(),
+            model_path=_paths(recipe, "model_path")[0],
             train_files=_paths(recipe, "train_files"),
             val_files=_paths(recipe, "val_files"),
             gpus_per_trial=_integer(recipe, "gpus_per_trial", low=0),
@@ -151,9 +151,13 @@ def _integer(recipe: Mapping[str, Any], key: str, low: int) -> int:
 
 
 def _paths(recipe: Mapping[str, Any], key: str) -> tuple[Path, ...]:
+    """Absolute paths (`~` expanded): trials run in their own folders, on Ray workers."""
     value = recipe[key]
-    items = [value] if isinstance(value, (str, Path)) else list(value)
-    return tuple(Path(str(p)).expanduser() for p in items)
+    paths = tuple(Path(str(p)).expanduser() for p in ([value] if isinstance(value, (str, Path)) else value))
+    relative = [str(p) for p in paths if not p.is_absolute()]
+    if relative:
+        raise ValueError(f"verl recipe key '{key}' needs absolute paths (trials run in their own folders); got {relative}")
+    return paths
 
 
 def _benchmark(record: Mapping[str, Any]) -> BenchmarkSource:
