@@ -54,16 +54,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pandas.api.typing import SeriesGroupBy
 from scipy import stats
 
+from tune_dfrl.aggregate import weights
 from tune_dfrl.rungs import RungRule, decide
+from tune_dfrl.scores import dataflex_benchmarks
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "dataflex_rl_all_runs_171.csv"
-DOMAINS = {
-    "math": ["math500", "aime24", "olympiadbench", "minerva_math", "gsm8k"],
-    "logic": ["kk_hard", "bbh_logical_deduction", "bbh_tracking", "zebra_logic_mc"],
-    "science": ["gpqa_diamond", "mmlu_pro_chemistry", "mmlu_pro_physics"],
-}
 CONTROL = "control"
 METHODS = ("grid", "paired_asha", "race", "asha_point_best", "wilcoxon_leader")
 SETTINGS: dict[str, tuple[float, ...]] = {  # true final effects of the K = 12 arms (points)
@@ -85,7 +83,7 @@ class Calibration:
     slices: int  # (campaign, model, regime) slices
 
 
-def pooled_sd(groups: pd.core.groupby.SeriesGroupBy) -> float:
+def pooled_sd(groups: SeriesGroupBy) -> float:
     """sqrt(sum (n_g - 1) var_g / sum (n_g - 1)) over groups."""
     var, n = groups.var(ddof=1), groups.size()
     return float(np.sqrt(((n - 1) * var).sum() / (n - 1).sum()))
@@ -94,7 +92,8 @@ def pooled_sd(groups: pd.core.groupby.SeriesGroupBy) -> float:
 def estimate_calibration(path: Path = DATA) -> Calibration:
     """Paired per-seed spread of the domain-balanced score `db` in the DataFlex-RL run table."""
     runs = pd.read_csv(path)
-    runs["db"] = np.mean([runs[cols].mean(axis=1) for cols in DOMAINS.values()], axis=0)
+    benchmarks = dataflex_benchmarks()
+    runs["db"] = runs[benchmarks.names].to_numpy() @ weights("db", benchmarks)
     runs["slice"] = runs[["campaign", "model"]].agg("/".join, axis=1) + "/" + runs["regime"].astype("string").fillna("")
     has_static = runs.groupby("slice")["method"].transform(lambda m: (m == "static").any())
     is_control = runs["method"] == np.where(has_static, "static", "baseline")
@@ -125,6 +124,24 @@ class CampaignModel:
     early_noise: float = 2.0  # h(0): noise sd multiplier at the start of training
     persistent: float = 0.5  # share of a run's noise variance that persists across milestones
     base: float = 50.0
+
+    def __post_init__(self) -> None:
+        problems = [
+            f"{name}={value} (allowed: {allowed})"
+            for name, value, ok, allowed in (
+                ("seeds", self.seeds, self.seeds >= 2, ">= 2"),
+                ("milestones", self.milestones, self.milestones >= 2, ">= 2"),
+                ("proxy_half", self.proxy_half, 0.0 < self.proxy_half <= 1.0, "(0, 1]"),
+                ("early_noise", self.early_noise, self.early_noise >= 1.0, ">= 1"),
+                ("persistent", self.persistent, 0.0 <= self.persistent <= 1.0, "[0, 1]"),
+                ("paired_sd", self.paired_sd, self.paired_sd > 0.0, "> 0"),
+                ("seed_sd", self.seed_sd, self.seed_sd >= 0.0, ">= 0"),
+                ("transient_sd", self.transient_sd, self.transient_sd >= 0.0, ">= 0"),
+            )
+            if not ok
+        ]
+        if problems:
+            raise ValueError("bad campaign model: " + "; ".join(problems))
 
 
 def simulate_scores(effects: Sequence[float], model: CampaignModel, campaigns: int, rng: np.random.Generator) -> np.ndarray:

@@ -12,6 +12,7 @@ from scipy import stats
 
 from decisions_helpers import load_benchmark
 from tune_dfrl.rungs import RungRule
+from tune_dfrl.scores import dataflex_benchmarks
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def test_calibration_pools_paired_and_seed_spread_hand_computed(bench, tmp_path)
         ("mixer", "static", [40, 40, 43]),
         ("mixer", "tscl", [40, 41, 43]),
     ]
-    benchmarks = [b for names in bench.DOMAINS.values() for b in names]
+    benchmarks = dataflex_benchmarks().names
     rows = [
         {"campaign": campaign, "model": "m", "method": method, "seed": seed + 1, "regime": None}
         | dict.fromkeys(benchmarks, float(value))
@@ -65,6 +66,11 @@ def test_simulation_is_calibrated_and_seeded(bench):
     assert first_deltas.std(axis=2, ddof=1).mean() > 1.3 * 2.0
     again = bench.simulate_scores(effects, model, 4000, np.random.default_rng(1))
     np.testing.assert_array_equal(scores, again)
+
+
+def test_bad_campaign_model_is_rejected(bench):
+    with pytest.raises(ValueError, match=r"seeds=1 \(allowed: >= 2\); proxy_half=1.5 \(allowed: \(0, 1\]\)"):
+        bench.CampaignModel(paired_sd=2.0, seed_sd=1.0, seeds=1, proxy_half=1.5)
 
 
 def test_rung_placement(bench):
