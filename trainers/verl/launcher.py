@@ -95,20 +95,23 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def end_process_group(process: subprocess.Popen, grace_s: float = GRACE_S) -> None:
-    """SIGTERM the child's process group, wait up to `grace_s` for the leader, then SIGKILL the group."""
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """SIGTERM the child's process group, give it `grace_s` to exit, SIGKILL what is left."""
+    if signal_group(process.pid, signal.SIGTERM):
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and signal_group(process.pid, 0):
+            process.poll()  # reap the leader, or it stays in the group as a zombie
+            time.sleep(0.1)
+        signal_group(process.pid, signal.SIGKILL)
     process.wait()
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send `sig` to process group `pgid`; False when the group no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def run_child(

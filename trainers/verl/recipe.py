@@ -3,7 +3,8 @@
 A trial (arm, seed) becomes `python -m verl.trainer.main_ppo <overrides>`. The overrides compose
 with verl's own config (`verl/trainer/config/ppo_trainer.yaml`) and, in order:
 
-- the recipe: model, parquet files, lengths, batch sizes, learning rate, GPUs, rollout engine;
+- the recipe: model, parquet files, lengths, batch sizes, learning rate, GPUs, rollout engine,
+  with dynamic micro-batches of at most max(16384, prompt + response) tokens per GPU;
 - GRPO (`algorithm.adv_estimator=grpo`) on verl's v1 trainer under our registered mode
   `trainer.v1.trainer_mode=tune_dfrl` (see `trainer.py`);
 - the seed, fanned out to `data.seed`, `actor_rollout_ref.actor.data_loader_seed` and
@@ -20,6 +21,7 @@ with verl's own config (`verl/trainer/config/ppo_trainer.yaml`) and, in order:
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -34,7 +36,7 @@ from tune_dfrl.scores import BenchmarkSet
 
 from .plugin import TRAINER_MODE
 
-RECIPE_FILE = Path(__file__).resolve().parents[2] / "tune_dfrl" / "conf" / "backend" / "verl.yaml"
+RECIPE_FILE = importlib.resources.files("tune_dfrl") / "conf" / "backend" / "verl.yaml"
 REWARD_MODULE = "pkg://tune_dfrl.trainers.verl.reward"
 ROLLOUT_ENGINES = ("vllm", "sglang")
 TOKENS_PER_GPU = 16384  # verl's default micro-batch token budget (dynamic batch size); at least one sequence
