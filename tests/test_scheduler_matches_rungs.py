@@ -19,9 +19,9 @@ from tune_dfrl.rungs import RungRule, decide
 from tune_dfrl.scheduler import ArmDecision, make_scheduler
 
 METRIC = "score/db"
-STEPS = (10, 20, 30, 40, 50)  # milestones; rungs at 10..40
+STEPS = (10, 20, 30, 40, 50)  # milestones; with GRACE = 0.4 the rungs are 20, 30, 40
 SEEDS = (0, 1, 2, 3)
-ETA, CONFIDENCE = 3.0, 0.8  # passed to both the scheduler and the pure rule
+ETA, CONFIDENCE, GRACE = 3.0, 0.8, 0.4  # passed to both the scheduler and the pure rule
 
 
 class ScriptedController:
@@ -42,7 +42,7 @@ def scripted_run(mode: str, scores: np.ndarray, order: np.ndarray, bench) -> tup
     decisions: list[ArmDecision] = []
     scheduler = make_scheduler(
         mode, metric=METRIC, control=bench.CONTROL, seeds=SEEDS, milestones=STEPS, eta=ETA, confidence=CONFIDENCE,
-        on_decision=decisions.append,
+        grace_fraction=GRACE, on_decision=decisions.append,
     )
     n_arms = scores.shape[0]
     trials = {
@@ -90,16 +90,16 @@ def test_scheduler_decisions_equal_the_pure_function(mode: str) -> None:
     rng = np.random.default_rng(11)
     scores = bench.simulate_scores(effects, model, 6, rng)
     orders = rng.permuted(np.tile(np.arange(1, len(effects) + 1), (6, 1)), axis=1)
-    rule = RungRule(mode=mode, eta=ETA, confidence=CONFIDENCE)
-    simulated_finished, simulated_spent = bench.run_paired_rungs(
-        scores, orders, bench.rung_rule_keep(rule), range(len(STEPS) - 1)
-    )
+    rule = RungRule(mode=mode, eta=ETA, confidence=CONFIDENCE, grace_fraction=GRACE)
+    rungs = bench.Plan.paired_rungs(rule, len(STEPS))
+    assert [STEPS[j] for j in rungs] == [20, 30, 40]
+    simulated_finished, simulated_spent = bench.run_paired_rungs(scores, orders, bench.rung_rule_keep(rule), rungs)
     stops = 0
     for c in range(len(scores)):
         decisions, ran = scripted_run(mode, scores[c], orders[c], bench)
         assert decisions, "the scheduler made no rung decision"
         for decided in decisions:
-            assert decided.seeds == SEEDS
+            assert decided.seeds == SEEDS and decided.rung in (20, 30, 40)
             assert decided.decision == expected_decision(decided, scores[c], orders[c], ran, bench, rule)
         np.testing.assert_array_equal(ran == len(STEPS), simulated_finished[c])
         assert len(SEEDS) * ran.sum() == simulated_spent[c]
