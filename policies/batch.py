@@ -1,20 +1,27 @@
 """The signals a policy may read (DESIGN §3), validated on construction, plus group helpers.
 
-A batch holds N = P x n responses of at most L tokens. Derived signals:
-`lengths` L_i = max(1, sum_t m_it), `token_counts` sum_t m_it, `group_index` (group ids made
-contiguous 0..G-1, in order of first sorted id), `group_sizes`, and `abs_advantage` (per-response
-mean |A_it| over valid tokens).
+A batch holds N = P x n responses of at most L tokens. Derived signals (computed once, cached):
+`token_counts` sum_t m_it, `lengths` L_i = max(1, sum_t m_it), `abs_advantage` (per-response
+mean |A_it| over valid tokens), `group_index` (group ids made contiguous 0..G-1) and
+`group_sizes`.
+
+Cost matters: a policy runs on every training step next to verl's loss, so [N, L] work is kept to
+single passes. Validation checks sums before counting bad entries, and [N, L] intermediates go to
+one `workspace` buffer per batch, which the policy result finally takes over as its token weights.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import torch
 
+PER_RESPONSE = ("group", "domain", "reward")
+PER_TOKEN = ("advantages", "response_mask", "old_log_probs", "rollout_is_weights")
 
-@dataclass(frozen=True, eq=False)
+
+@dataclass(eq=False)
 class RolloutBatch:
     """One step's rollouts. Shapes: group/domain/reward [N]; advantages/masks/log-probs [N, L]."""
 
@@ -25,11 +32,10 @@ class RolloutBatch:
     response_mask: torch.Tensor
     old_log_probs: torch.Tensor
     rollout_is_weights: torch.Tensor | None = None
+    _workspace: torch.Tensor | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        tensors = {k: getattr(self, k) for k in ("group", "domain", "reward", "advantages", "response_mask", "old_log_probs")}
-        if self.rollout_is_weights is not None:
-            tensors["rollout_is_weights"] = self.rollout_is_weights
+        tensors = {k: getattr(self, k) for k in PER_RESPONSE + PER_TOKEN if getattr(self, k) is not None}
         for name, t in tensors.items():
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"RolloutBatch.{name} must be a torch.Tensor; got {type(t).__name__}")
@@ -39,7 +45,7 @@ class RolloutBatch:
         if n == 0:
             raise ValueError("RolloutBatch must hold at least one response; got N=0")
         for name, t in tensors.items():
-            want = (n,) if name in ("group", "domain", "reward") else (n, length)
+            want = (n,) if name in PER_RESPONSE else (n, length)
             if tuple(t.shape) != want:
                 raise ValueError(f"RolloutBatch.{name} has shape {tuple(t.shape)}; expected {want} (N={n}, L={length})")
         for name in ("group", "domain"):
@@ -47,26 +53,38 @@ class RolloutBatch:
                 raise ValueError(f"RolloutBatch.{name} must be an integer tensor; got {tensors[name].dtype}")
         if (self.domain < 0).any():
             raise ValueError(f"RolloutBatch.domain must be >= 0; got {int((self.domain < 0).sum())} negative entries")
-        m = self.response_mask
-        if m.dtype != torch.bool:
-            bad = int(m.numel() - torch.count_nonzero((m == 0) | (m == 1)))
-            if bad:
-                raise ValueError(f"RolloutBatch.response_mask must be 0/1; got {bad} other entries")
+        bad = _non_binary(self.response_mask)
+        if bad:
+            raise ValueError(f"RolloutBatch.response_mask must be 0/1; got {bad} other entries")
         for name in ("reward", "advantages", "rollout_is_weights"):
-            t = tensors.get(name)
-            if t is not None:
-                bad = int(t.numel() - torch.count_nonzero(torch.isfinite(t)))
-                if bad:
-                    raise ValueError(f"RolloutBatch.{name} has {bad} NaN/inf entries")
+            bad = _non_finite(tensors[name]) if name in tensors else 0
+            if bad:
+                raise ValueError(f"RolloutBatch.{name} has {bad} NaN/inf entries")
 
     @property
     def num_responses(self) -> int:
         return self.advantages.shape[0]
 
+    @property
+    def weight_dtype(self) -> torch.dtype:
+        """dtype of [N, L] weights: the advantages' float dtype."""
+        return self.advantages.dtype if self.advantages.is_floating_point() else torch.float32
+
+    def workspace(self) -> torch.Tensor:
+        """A [N, L] scratch buffer, allocated once; holds only the latest intermediate written to it."""
+        if self._workspace is None:
+            self._workspace = torch.empty(self.advantages.shape, dtype=self.weight_dtype)
+        return self._workspace
+
+    def take_workspace(self) -> torch.Tensor:
+        """Hand the buffer over (to a policy result); the batch allocates a new one if asked again."""
+        buffer, self._workspace = self.workspace(), None
+        return buffer
+
     @cached_property
     def token_counts(self) -> torch.Tensor:
         """[N] float64: number of valid tokens per response."""
-        return self.response_mask.sum(dim=1, dtype=torch.float64)
+        return self.response_mask.sum(dim=1).to(torch.float64)
 
     @cached_property
     def lengths(self) -> torch.Tensor:
@@ -74,9 +92,24 @@ class RolloutBatch:
         return self.token_counts.clamp(min=1.0)
 
     @cached_property
+    def padding(self) -> torch.Tensor:
+        """[N, L] bool: m_it == 0. Masking by `masked_fill_(padding, 0)` is much cheaper than
+        multiplying by an int64 mask (verl's dtype)."""
+        return self.response_mask == 0
+
+    def masked_abs_advantages(self) -> torch.Tensor:
+        """|A_it| m_it written into the workspace."""
+        return torch.abs(self.advantages, out=self.workspace()).masked_fill_(self.padding, 0)
+
+    @cached_property
+    def abs_advantage_sum(self) -> torch.Tensor:
+        """[N] float64: sum_t |A_it| m_it."""
+        return self.masked_abs_advantages().sum(dim=1).to(torch.float64)
+
+    @cached_property
     def abs_advantage(self) -> torch.Tensor:
         """[N] float64: sum_t |A_it| m_it / L_i."""
-        return masked_row_sum(self.advantages.abs(), self.response_mask) / self.lengths
+        return self.abs_advantage_sum / self.lengths
 
     @cached_property
     def group_index(self) -> torch.Tensor:
@@ -102,10 +135,21 @@ class RolloutBatch:
         return self.group_sum(values) / self.group_sizes.to(values.dtype)
 
 
-def masked_row_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """[N] float64: sum_t values_it * mask_it as one fused row dot product (no [N, L] temporary)."""
-    rows = torch.linalg.vecdot(values, mask.to(values.dtype))
-    return rows.to(torch.float64)
+def _non_finite(t: torch.Tensor) -> int:
+    """Number of NaN/inf entries; one summing pass when there are none."""
+    if not t.is_floating_point() or torch.isfinite(t.sum()):
+        return 0
+    return int(t.numel() - torch.count_nonzero(torch.isfinite(t)))
+
+
+def _non_binary(m: torch.Tensor) -> int:
+    """Number of entries that are neither 0 nor 1 (range first, then fractions for float masks)."""
+    if m.dtype == torch.bool or m.numel() == 0:
+        return 0
+    low, high = torch.aminmax(m)
+    if low < 0 or high > 1:
+        return int(m.numel() - torch.count_nonzero((m == 0) | (m == 1)))
+    return int(torch.count_nonzero(m.frac())) if m.is_floating_point() else 0
 
 
 def rank_within_group(group_index: torch.Tensor, key: torch.Tensor, descending: bool) -> torch.Tensor:

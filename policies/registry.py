@@ -16,10 +16,10 @@ from typing import Any, Literal, Mapping
 import numpy as np
 import torch
 
-from .batch import RolloutBatch, masked_row_sum
+from .batch import RolloutBatch
 from .mixers import MIXERS, Mixer, MixerRule
 from .params import ParamSpec
-from .reweighters import REWEIGHTERS, Reweighter, in_scope
+from .reweighters import REWEIGHTERS, Reweighter, Weights, in_scope
 from .scorers import SCORERS, Scorer
 from .selectors import DENOMINATOR, SELECTORS, Selector, kept_group_advantages
 
@@ -103,61 +103,54 @@ class Policy:
 
     def apply(self, batch: RolloutBatch) -> PolicyResult:
         m, p = self.method, self.params
-        n = batch.num_responses
+        everyone = torch.ones(batch.num_responses, dtype=torch.bool)
         if m.kind == "uniform":
-            return _result(batch, torch.ones(n, dtype=torch.float64), batch.advantages, torch.ones(n, dtype=torch.bool))
-        score = m.scorer.score(batch, p)
+            return _result(batch, Weights.per_response(everyone.double(), batch.token_counts), batch.advantages, everyone)
         if m.kind == "reweighter":
-            weights = m.actuator.weigh(batch, score, p, in_scope(batch, p["scope"]))
-            return _result(batch, weights, batch.advantages, torch.ones(n, dtype=torch.bool))
-        keep = m.actuator.select(batch, score, p)
-        weights = keep.to(torch.float64)
+            scope = in_scope(batch, p["scope"])  # before scoring: both may use the batch workspace
+            weights = m.actuator.weigh(batch, m.scorer.score(batch, p), p, scope)
+            if not isinstance(weights, Weights):
+                weights = Weights.per_response(weights, batch.token_counts)
+            return _result(batch, weights, batch.advantages, everyone)
+        keep = m.actuator.select(batch, m.scorer.score(batch, p), p)
         counts = batch.token_counts
         kept_tokens = counts[keep].sum()
-        if p["denominator"] == "kept" and kept_tokens > 0:
-            weights = weights * (counts.sum() / kept_tokens)
+        scale = counts.sum() / kept_tokens if p["denominator"] == "kept" and kept_tokens > 0 else 1.0
         advantages = batch.advantages
         if p.get("recompute_advantages"):
             recomputed = kept_group_advantages(batch, keep).to(advantages.dtype)
-            advantages = recomputed[:, None] * batch.response_mask
-        return _result(batch, weights, advantages, keep)
+            advantages = recomputed[:, None].expand_as(advantages).masked_fill(batch.padding, 0)
+        return _result(batch, Weights.per_response(keep.double() * scale, counts), advantages, keep)
 
 
-def _result(batch: RolloutBatch, weights: torch.Tensor, advantages: torch.Tensor, kept: torch.Tensor) -> PolicyResult:
-    """Token weights (response weights broadcast, times existing IS weights) and diagnostics.
+def _result(batch: RolloutBatch, weights: Weights, advantages: torch.Tensor, kept: torch.Tensor) -> PolicyResult:
+    """Token weights (written into the batch workspace, times any IS weights) and diagnostics.
 
     Weight statistics are over valid tokens of the policy's own weights (before the IS factor).
     """
-    n, length = batch.advantages.shape
-    dtype = batch.advantages.dtype if batch.advantages.is_floating_point() else torch.float32
+    out = batch.take_workspace()
+    if weights.values.dim() == 1:
+        column = weights.values.to(out.dtype)[:, None]
+        if batch.rollout_is_weights is None:
+            out.copy_(column.expand_as(out))
+        else:
+            torch.mul(batch.rollout_is_weights, column, out=out)
+    elif batch.rollout_is_weights is not None:  # token-level values already live in `out`
+        out.mul_(batch.rollout_is_weights)
     counts = batch.token_counts
     total = counts.sum()
-    if weights.dim() == 1:
-        if total > 0:
-            mean = (weights * counts).sum() / total
-            std = ((weights - mean) ** 2 * counts).sum().div(total).sqrt()
-            peak = weights[counts > 0].max()
-        else:
-            mean, std, peak = weights.mean(), weights.std(unbiased=False), weights.max()
-        column = weights.to(dtype)[:, None]
-        tokens = column * batch.rollout_is_weights if batch.rollout_is_weights is not None else column.expand(n, length).contiguous()
-    else:
-        mask = batch.response_mask
-        denominator = total.clamp(min=1)
-        mean = masked_row_sum(weights, mask).sum() / denominator
-        std = (masked_row_sum(weights * weights, mask).sum() / denominator - mean**2).clamp(min=0).sqrt()
-        peak = (weights * mask).max()
-        tokens = weights * batch.rollout_is_weights if batch.rollout_is_weights is not None else weights
-    kept_tokens = counts[kept].sum()
+    valid = counts > 0
+    mean = weights.row_sum.sum() / total if total > 0 else torch.tensor(0.0)
+    variance = weights.row_sq.sum() / total - mean**2 if total > 0 else torch.tensor(0.0)
     diagnostics = {
-        "kept_fraction": float(kept.to(torch.float64).mean()),
-        "kept_token_fraction": float(kept_tokens / total) if total > 0 else float(kept.any()),
+        "kept_fraction": float(kept.double().mean()),
+        "kept_token_fraction": float(counts[kept].sum() / total) if total > 0 else 0.0,
         "weight_mean": float(mean),
-        "weight_std": float(std),
-        "weight_max": float(peak),
+        "weight_std": float(variance.clamp(min=0).sqrt()),
+        "weight_max": float(weights.row_max[valid].max()) if valid.any() else 0.0,
         "empty_selection": float(not bool(kept.any())),
     }
-    return PolicyResult(tokens, advantages, diagnostics)
+    return PolicyResult(out, advantages, diagnostics)
 
 
 def make_policy(method: str, params: Mapping[str, Any] | None = None, rollout_n: int | None = None) -> Policy:

@@ -18,18 +18,35 @@ from typing import Any, Callable
 
 import torch
 
-from .batch import RolloutBatch, masked_row_sum
+from .batch import RolloutBatch
 from .params import LessThan, Param
 
 
 @dataclass(frozen=True)
+class Weights:
+    """Policy weights, [N] per response or [N, L] per token, with per-row statistics over valid tokens.
+
+    row_sum = sum_t w_it m_it, row_sq = sum_t w_it^2 m_it, row_max = max over valid t of w_it.
+    """
+
+    values: torch.Tensor
+    row_sum: torch.Tensor
+    row_sq: torch.Tensor
+    row_max: torch.Tensor
+
+    @classmethod
+    def per_response(cls, w: torch.Tensor, token_counts: torch.Tensor) -> Weights:
+        return cls(w, w * token_counts, w * w * token_counts, w)
+
+
+@dataclass(frozen=True)
 class Reweighter:
-    """A named weight rule: returns normalised weights, [N] per response or [N, L] per token."""
+    """A named weight rule: returns normalised weights, a [N] tensor per response or `Weights`."""
 
     name: str
     scorer: str
     params: tuple[Param, ...]
-    weigh: Callable[[RolloutBatch, torch.Tensor, dict[str, Any], torch.Tensor], torch.Tensor]
+    weigh: Callable[[RolloutBatch, torch.Tensor, dict[str, Any], torch.Tensor], torch.Tensor | Weights]
     constraints: tuple[LessThan, ...] = ()
 
 
@@ -60,19 +77,27 @@ def difficulty_band(batch: RolloutBatch, s: torch.Tensor, p: dict[str, Any], sco
     return norm1(torch.where(inside, p["focus"], 1.0).to(torch.float64), scope)
 
 
-def advantage_reweight(batch: RolloutBatch, prob: torch.Tensor, p: dict[str, Any], scope: torch.Tensor) -> torch.Tensor:
-    """One fused pass: w_it = a_i p_it + b_i with a_i = alpha / mu, b_i = (1 - alpha) / mu in scope.
+def advantage_reweight(batch: RolloutBatch, prob: torch.Tensor, p: dict[str, Any], scope: torch.Tensor) -> Weights:
+    """w_it = a_i p_it + b_i, computed in place in the workspace holding p.
 
-    mu = alpha * mean(p over valid scope tokens) + (1 - alpha); outside the scope a_i = 0, b_i = 1.
+    In scope a_i = alpha / mu, b_i = (1 - alpha) / mu with mu = alpha * mean(p over valid scope
+    tokens) + (1 - alpha); outside a_i = 0, b_i = 1. Row statistics follow from sum p, sum p^2
+    and max p over valid tokens.
     """
     alpha = p["alpha"]
-    tokens = batch.token_counts[scope].sum()
-    if tokens == 0:
-        return torch.ones_like(prob)
-    mu = alpha * masked_row_sum(prob, batch.response_mask)[scope].sum() / tokens + (1 - alpha)
-    a = torch.where(scope, alpha / mu, 0.0).to(prob.dtype)
-    b = torch.where(scope, (1 - alpha) / mu, 1.0).to(prob.dtype)
-    return torch.addcmul(b[:, None], prob, a[:, None])
+    valid = prob.masked_fill_(batch.padding, 0)  # p at valid tokens, 0 elsewhere
+    p_sum = valid.sum(dim=1).to(torch.float64)
+    p_sq = torch.linalg.vector_norm(valid, 2, dim=1).to(torch.float64) ** 2
+    p_max = valid.amax(dim=1).to(torch.float64)
+    counts = batch.token_counts
+    tokens = counts[scope].sum()
+    if tokens == 0:  # no valid token in scope: nothing to normalise
+        a, b = torch.zeros_like(p_sum), torch.ones_like(p_sum)
+    else:
+        mu = alpha * p_sum[scope].sum() / tokens + (1 - alpha)
+        a, b = torch.where(scope, alpha / mu, 0.0), torch.where(scope, (1 - alpha) / mu, 1.0)
+    values = valid.mul_(a.to(valid.dtype)[:, None]).add_(b.to(valid.dtype)[:, None])
+    return Weights(values, a * p_sum + b * counts, a * a * p_sq + 2 * a * b * p_sum + b * b * counts, a * p_max + b)
 
 
 def per_advantage(batch: RolloutBatch, s: torch.Tensor, p: dict[str, Any], scope: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from .batch import RolloutBatch, masked_row_sum
+from .batch import RolloutBatch
 from .params import Param
 
 
@@ -38,8 +38,8 @@ def advantage_magnitude(batch: RolloutBatch, p: dict[str, Any]) -> torch.Tensor:
     if p["agg"] == "mean":
         return batch.abs_advantage
     if p["agg"] == "sum":
-        return masked_row_sum(batch.advantages.abs(), batch.response_mask)
-    return (batch.advantages.abs() * batch.response_mask).amax(dim=1).to(torch.float64)
+        return batch.abs_advantage_sum
+    return batch.masked_abs_advantages().amax(dim=1).to(torch.float64)
 
 
 def group_solve_rate(batch: RolloutBatch, p: dict[str, Any]) -> torch.Tensor:
@@ -48,7 +48,8 @@ def group_solve_rate(batch: RolloutBatch, p: dict[str, Any]) -> torch.Tensor:
 
 
 def token_prob(batch: RolloutBatch, p: dict[str, Any]) -> torch.Tensor:
-    return batch.old_log_probs.exp()
+    """exp(old_log_probs), written into the batch workspace."""
+    return torch.exp(batch.old_log_probs, out=batch.workspace())
 
 
 def response_length(batch: RolloutBatch, p: dict[str, Any]) -> torch.Tensor:
