@@ -4,8 +4,9 @@ For two verl-scale shapes, long responses (1024 prompts x 5 rollouts x 4096 toke
 groups (8192 x 8 x 256), times per policy the whole hook: building the validated RolloutBatch
 (derived signals are cached on it, so each repetition builds a fresh one) plus scoring and
 acting. The reference is verl's `get_policy_loss_fn("vanilla")` forward on the same batch,
-measured in the same run. Each shape is also timed at 1/8 of its prompts, to show cost grows no
-faster than linearly. Median of `--reps` runs after one warm-up; 2 torch threads.
+timed in alternation with the policy in the same run (the ratio survives load drift). Each shape is also timed at 1/8 of its prompts, to show cost grows no
+faster than linearly. Medians of `--reps` runs after one warm-up; 2 torch threads. Masks are
+int64, as verl builds them.
 
     python benchmarks/policy_overhead.py [--reps 5] [--quick]
 
@@ -64,14 +65,22 @@ def synthetic(prompts: int, n: int, length: int, seed: int) -> dict[str, torch.T
     )
 
 
+def seconds(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
 def median_ms(fn: Callable[[], object], reps: int) -> float:
     fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+    return 1000 * statistics.median(seconds(fn) for _ in range(reps))
+
+
+def paired_ms(fn: Callable[[], object], reference: Callable[[], object], reps: int) -> tuple[float, float]:
+    """Medians of `fn` and `reference` timed in alternation, so load drift hits both alike."""
+    fn(), reference()
+    pairs = [(seconds(fn), seconds(reference)) for _ in range(reps)]
+    return tuple(1000 * statistics.median(column) for column in zip(*pairs))
 
 
 def loss_forward(t: dict[str, torch.Tensor]) -> Callable[[], object]:
@@ -98,15 +107,14 @@ def main() -> None:
     results = []
     for prompts, n, length in shapes:
         full, eighth = synthetic(prompts, n, length, seed=0), synthetic(prompts // 8, n, length, seed=1)
-        loss_ms = median_ms(loss_forward(full), args.reps)
-        print(f"shape {prompts}x{n}x{length}: verl vanilla loss forward {loss_ms:.1f} ms", flush=True)
+        print(f"shape {prompts}x{n}x{length} (policy vs verl vanilla loss forward, timed in alternation)", flush=True)
         for name, method, params in POLICIES:
-            ms = median_ms(policy_hook(full, method, params, n), args.reps)
+            ms, loss_ms = paired_ms(policy_hook(full, method, params, n), loss_forward(full), args.reps)
             ms_eighth = median_ms(policy_hook(eighth, method, params, n), args.reps)
             row = dict(policy=name, shape=f"{prompts}x{n}x{length}", ms=round(ms, 2), ratio=round(ms / loss_ms, 4),
                        ms_eighth=round(ms_eighth, 2))
-            print(f"  {name:18s} {ms:8.1f} ms  ratio {ms / loss_ms:.3f}  at 1/8: {ms_eighth:7.1f} ms "
-                  f"(x8 = {8 * ms_eighth:.1f})", flush=True)
+            print(f"  {name:18s} {ms:8.1f} ms  loss {loss_ms:7.1f} ms  ratio {ms / loss_ms:.3f}  "
+                  f"at 1/8: {ms_eighth:7.1f} ms (x8 = {8 * ms_eighth:.1f})", flush=True)
             results.append(row)
         del full, eighth
     print(json.dumps({"max_ratio": max(r["ratio"] for r in results), "results": results}))

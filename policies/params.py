@@ -59,7 +59,7 @@ class Param:
     def search_text(self, bounds: tuple[float, float] | list[Any]) -> str:
         """A search range for display; a bound stepped off an open valid bound shows as open."""
         if isinstance(bounds, list):
-            return ", ".join(map(str, bounds))
+            return "{" + ", ".join(map(str, bounds)) + "}"
         lo, hi = bounds
         left = "(" if self.low_open and lo == math.nextafter(self.low, math.inf) else "["
         right = ")" if self.high_open and hi == math.nextafter(self.high, -math.inf) else "]"

@@ -205,13 +205,21 @@ def describe_method(method: str, rollout_n: int | None = None) -> str:
 
 
 def methods_table() -> str:
-    """Markdown table of the paper methods: scorer, actuator, hyperparameters with ranges and defaults."""
-    rows = ["| method | scorer | actuator | hyperparameters (default, valid range) |", "|---|---|---|---|"]
+    """Markdown table of the paper methods: scorer, actuator, searched and fixed hyperparameters."""
+    rows = [
+        "| method | scorer | actuator | searched: default, search range | other options: default, valid range |",
+        "|---|---|---|---|---|",
+    ]
     for name in PAPER_METHODS:
         m = resolve(name)
         scorer, actuator = m.key.split(":")
-        params = "; ".join(f"`{p.name}`={p.default} {p.range_text()}" for p in m.spec.params) or "—"
-        rows.append(f"| {name} | {scorer} | {actuator} | {params} |")
+        ranges = m.spec.search_ranges()
+        searched = "; ".join(
+            f"`{p.name}`: {p.default}, {p.search_text(ranges[p.name])}{' log' if p.log else ''}" for p in m.spec.searchable
+        )
+        fixed = "; ".join(f"`{p.name}`: {p.default}, {p.range_text()}" for p in m.spec.params if not p.searchable)
+        constraints = "".join(f"; `{c.lower} < {c.upper}`" for c in m.spec.constraints)
+        rows.append(f"| {name} | {scorer} | {actuator} | {(searched or '—') + constraints} | {fixed or '—'} |")
     return "\n".join(rows)
 
 

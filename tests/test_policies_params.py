@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import optuna
@@ -273,4 +274,11 @@ def test_describe_and_methods_table_come_from_the_declarations():
     assert "| `k` | int | 2 | [1, 4] | [1, 4] | no |" in describe_method("gfpo", rollout_n=5)
     table = methods_table()
     assert table.count("\n") == len(PAPER_METHODS) + 1
-    assert "| maxvar | reward | max_variance | `f`=0.5 (0, 1]" in table
+    assert "| maxvar | reward | max_variance | `f`: 0.5, (0, 1]; `recompute_advantages`: False, {False, True}" in table
+    assert "`temperature`: 1.0, [0.01, 10] log" in table and "`low < high`" in table
+
+
+def test_readme_methods_table_is_current():
+    readme = (Path(__file__).parents[1] / "docs" / "readme_policies.md").read_text()
+    table = readme.split("<!-- methods_table -->\n")[1].split("\n<!-- /methods_table -->")[0]
+    assert table == methods_table(), "regenerate the table in docs/readme_policies.md from methods_table()"
