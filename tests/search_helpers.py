@@ -21,7 +21,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from tune_dfrl.backend import ArmSpec, BenchmarkInfo, CalibrationResult, Milestone
-from tune_dfrl.search import register_spaces
+from tune_dfrl.search import register_configs
 
 BENCHMARKS = [BenchmarkInfo("arith", "math", 40), BenchmarkInfo("bool", "logic", 40), BenchmarkInfo("units", "science", 40)]
 
@@ -80,6 +80,6 @@ def build(cfg: dict[str, Any]) -> tuple[SyntheticBackend, dict[str, Any]]:
 
 def search_cfg(*overrides: str) -> dict[str, Any]:
     """The search config exactly as `python -m tune_dfrl.search OVERRIDES...` composes it."""
-    register_spaces()
+    register_configs()
     with initialize_config_module(config_module="tune_dfrl.conf", version_base="1.3"):
         return OmegaConf.to_container(compose("search", overrides=list(overrides)), resolve=True)

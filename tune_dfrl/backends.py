@@ -6,6 +6,7 @@ Backends are imported lazily, so the verl backend (and its GPU stack) loads only
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from typing import Any
 
 from tune_dfrl.backend import Backend
@@ -17,7 +18,7 @@ def _embedded(cfg: dict[str, Any]) -> tuple[Backend, dict[str, Any]]:
     """EmbeddedRecipe holds the defaults; `cfg` holds only the keys to override."""
     from tune_dfrl.trainers.embedded.backend import EmbeddedBackend, EmbeddedRecipe
 
-    return EmbeddedBackend(), EmbeddedRecipe.from_dict(cfg).to_dict()
+    return EmbeddedBackend(), asdict(EmbeddedRecipe.from_dict(cfg))
 
 
 def _verl(cfg: dict[str, Any]) -> tuple[Backend, dict[str, Any]]:

@@ -1,6 +1,6 @@
 """OUT/results.jsonl: one JSON line per reported milestone, written by the driver.
 
-    {"arm_id", "label", "method", "params", "seed", "step", "final": bool,
+    {"arm_id", "label", "method", "params", "seed", "step", "final": bool, "threads",
      "accuracy": {bench: %}, "length_chars": {...}, "format_failure": {...}, "aggregates": {...}, "train": {...}}
 
 Lines are appended as results arrive (nothing lives only in memory); a milestone reported twice
@@ -31,6 +31,7 @@ def milestone_record(arm: Mapping[str, Any], seed: int, result: Mapping[str, Any
         "seed": int(seed),
         "step": int(result["step"]),
         "final": bool(result["final"]),
+        "threads": int(result["threads"]),  # torch threads the trial trained with
     }
     for prefix, field in RESULT_PREFIXES.items():
         record[field] = {k[len(prefix):]: float(v) for k, v in result.items() if k.startswith(prefix)}

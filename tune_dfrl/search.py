@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from tune_dfrl.backend import ArmSpec, Backend
+from tune_dfrl.backend import ArmSpec, Backend, BenchmarkInfo
 from tune_dfrl.backends import make_backend
 from tune_dfrl.rungs import RungRule
 from tune_dfrl.scheduler import SCHEDULERS, make_scheduler
@@ -146,6 +146,12 @@ def _seeds(value: Any) -> tuple[int, ...]:
     return seeds
 
 
+def evaluated_benchmarks(backend: Backend, recipe: dict[str, Any]) -> list[BenchmarkInfo]:
+    """The backend's benchmarks that the recipe evaluates (`eval_benchmarks`, when the recipe narrows them)."""
+    chosen = recipe.get("eval_benchmarks")
+    return [b for b in backend.benchmarks() if not chosen or b.name in chosen]
+
+
 def calibrate(backend: Backend) -> None:
     """The backend's calibration smoke test; a failure refuses the search."""
     result = backend.calibrate()
@@ -171,7 +177,7 @@ def run_search(plan: Plan) -> dict[str, Any]:
     out = plan.out
     out.mkdir(parents=True, exist_ok=True)
     (out / "search.json").write_text(json.dumps(plan.describe(), indent=2))
-    benchmarks = plan.backend.benchmarks()
+    benchmarks = evaluated_benchmarks(plan.backend, plan.recipe)
     (out / "benchmarks.json").write_text(json.dumps([asdict(b) for b in benchmarks], indent=2))
     print(f"search {plan.space.name}: {plan.n_arms} arms + control x {len(plan.seeds)} seeds, "
           f"{plan.scheduler['name']} at steps {list(plan.milestones)}; output in {out}", flush=True)
@@ -281,20 +287,24 @@ def _flat_settings(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]
     return out
 
 
-def register_spaces() -> None:
-    """Make every file of `search_spaces/` an option of the Hydra group `space`."""
+def register_configs() -> None:
+    """Hydra configs that are derived, not written: every file of `search_spaces/` as an option of the
+    group `space`, and the embedded recipe's dataclass defaults as `backend_defaults/embedded`."""
     from hydra.core.config_store import ConfigStore
+
+    from tune_dfrl.trainers.embedded.recipe import EmbeddedRecipe
 
     store = ConfigStore.instance()
     for name in available_spaces():
         store.store(group="space", name=name, node=yaml.safe_load(space_file_text(name)))
+    store.store(group="backend_defaults", name="embedded", node=asdict(EmbeddedRecipe()))
 
 
 def main() -> None:
     import hydra
     from omegaconf import OmegaConf
 
-    register_spaces()
+    register_configs()
 
     @hydra.main(config_path="pkg://tune_dfrl.conf", config_name="search", version_base="1.3")
     def run(cfg: Any) -> None:

@@ -48,7 +48,7 @@ def run_cell(config: dict[str, Any], job: CellJob) -> None:
     final = int(job.recipe["steps"])
 
     def report(milestone: Milestone) -> None:
-        tune.report({**milestone.flat(), "final": milestone.step >= final})
+        tune.report({**milestone.flat(), "final": milestone.step >= final, "threads": torch.get_num_threads()})
 
     ckpt = cell_dir(Path(job.cells_root), arm.arm_id, seed) / "checkpoint"
     ckpt.mkdir(parents=True, exist_ok=True)
