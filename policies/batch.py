@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Callable
 
 import torch
 
@@ -67,14 +68,19 @@ class RolloutBatch:
 
     @property
     def weight_dtype(self) -> torch.dtype:
-        """dtype of [N, L] weights: the advantages' float dtype."""
-        return self.advantages.dtype if self.advantages.is_floating_point() else torch.float32
+        """dtype of [N, L] weights: the advantages' dtype, at least float32."""
+        return torch.promote_types(self.advantages.dtype, torch.float32)
 
     def workspace(self) -> torch.Tensor:
         """A [N, L] scratch buffer, allocated once; holds only the latest intermediate written to it."""
         if self._workspace is None:
             self._workspace = torch.empty(self.advantages.shape, dtype=self.weight_dtype)
         return self._workspace
+
+    def into_workspace(self, op: Callable[..., torch.Tensor], source: torch.Tensor) -> torch.Tensor:
+        """op(source) written into the workspace (op is an elementwise torch function taking out=)."""
+        buffer = self.workspace()
+        return op(source if source.dtype == buffer.dtype else buffer.copy_(source), out=buffer)
 
     def take_workspace(self) -> torch.Tensor:
         """Hand the buffer over (to a policy result); the batch allocates a new one if asked again."""
@@ -99,7 +105,7 @@ class RolloutBatch:
 
     def masked_abs_advantages(self) -> torch.Tensor:
         """|A_it| m_it written into the workspace."""
-        return torch.abs(self.advantages, out=self.workspace()).masked_fill_(self.padding, 0)
+        return self.into_workspace(torch.abs, self.advantages).masked_fill_(self.padding, 0)
 
     @cached_property
     def abs_advantage_sum(self) -> torch.Tensor:

@@ -23,6 +23,11 @@ class SamplerDraw:
     index: np.ndarray
     counts: np.ndarray
 
+    @property
+    def proportions(self) -> np.ndarray:
+        """[K] realised proportions counts / B (zeros for an empty batch)."""
+        return self.counts / max(1, int(self.counts.sum()))
+
 
 def largest_remainder(proportions: np.ndarray, total: int) -> np.ndarray:
     """[K] non-negative ints summing to `total`, the largest-remainder rounding of p * total."""

@@ -49,7 +49,7 @@ def group_solve_rate(batch: RolloutBatch, p: dict[str, Any]) -> torch.Tensor:
 
 def token_prob(batch: RolloutBatch, p: dict[str, Any]) -> torch.Tensor:
     """exp(old_log_probs), written into the batch workspace."""
-    return torch.exp(batch.old_log_probs, out=batch.workspace())
+    return batch.into_workspace(torch.exp, batch.old_log_probs)
 
 
 def response_length(batch: RolloutBatch, p: dict[str, Any]) -> torch.Tensor:

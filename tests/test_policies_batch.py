@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from policies_batches import make_batch
-from tune_dfrl.policies import RolloutBatch
+from tune_dfrl.policies import RolloutBatch, make_policy
 from tune_dfrl.policies.batch import rank_within_group
 
 
@@ -73,3 +73,14 @@ def test_make_batch_uses_verl_grpo_advantages():
     # mean 0.5, unbiased std sqrt(0.5): (1 - 0.5) / (0.7071 + 1e-6)
     assert b.advantages[0, 0].item() == pytest.approx(0.5 / (0.5**0.5 + 1e-6), rel=1e-6)
     assert b.advantages[1, 0].item() == pytest.approx(-0.5 / (0.5**0.5 + 1e-6), rel=1e-6)
+
+
+def test_low_precision_advantages_give_float32_weights():
+    f = fields()
+    f["advantages"] = torch.tensor([[2.0, -4.0, 9.0, 9.0], [1.0, 1.0, -1.0, 1.0], [5.0] * 4], dtype=torch.bfloat16)
+    f["old_log_probs"] = f["old_log_probs"].to(torch.bfloat16)
+    b = RolloutBatch(**f)
+    assert b.weight_dtype == torch.float32 and b.workspace().dtype == torch.float32
+    assert b.abs_advantage.tolist() == [3.0, 1.0, 0.0]
+    w = make_policy("ar", {"alpha": 1.0}).apply(b).token_weights
+    assert w.dtype == torch.float32 and w[0, :2].tolist() == [1.0, 1.0]  # p = 1 everywhere

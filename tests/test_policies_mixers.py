@@ -231,4 +231,5 @@ def test_a_mixer_changes_what_is_sampled():
     # p = 0.05 + 0.9 * softmax(0, 10) -> domain 0 gets 0.05 + 0.9 / (1 + e^10)
     expected = 0.05 + 0.9 / (1 + E**10)
     assert m.proportions(1)[0] == pytest.approx(expected)
-    assert sampler.draw(m.proportions(1), 20).counts.tolist() == [1, 19]
+    draw = sampler.draw(m.proportions(1), 20)
+    assert draw.counts.tolist() == [1, 19] and draw.proportions.tolist() == [0.05, 0.95]
