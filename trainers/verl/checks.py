@@ -59,8 +59,8 @@ def check_verl_installed() -> None:
 def check_rollout_engine(recipe: VerlRecipe) -> None:
     if importlib.util.find_spec(recipe.rollout_engine) is None:
         raise ValueError(
-            f"verl's {recipe.rollout_engine} rollout is not installed. On a GPU machine: pip install -e '.[gpu]' "
-            "(docs/readme_verl.md); never on a CPU-only machine, it replaces torch"
+            f"verl's {recipe.rollout_engine} rollout is not installed. On a GPU machine install verl[vllm]==0.9.1 "
+            "(the `gpu` extra; steps in docs/readme_verl.md); never on a CPU-only machine, it replaces torch"
         )
 
 
