@@ -82,7 +82,6 @@ def test_construction_keeps_verls_sync_paths_and_mixes_the_dataloader(recipe, tm
 def test_advantage_hook_writes_policy_weights_into_transfer_queue(ray_session, recipe, tmp_path):
     """verl computes GRPO advantages from TransferQueue; the hook then writes difffilter weights back."""
     import transfer_queue as tq
-    from tensordict import TensorDict
     from verl.utils import tensordict_utils as tu
 
     arm = ArmSpec("difffilter", {"low": 0.1, "high": 0.9}, "df", "difffilter")
