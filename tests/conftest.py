@@ -25,3 +25,23 @@ def ray_session():
         )
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def embedded_cache():
+    """The base-model cache shared by every test of the session (`.cache/tune_dfrl`, gitignored).
+
+    Sets TUNE_DFRL_CACHE for this process; pass the returned path as recipe["cache_dir"] to code
+    that runs elsewhere (Ray workers), so each base model is built once per checkout.
+    """
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / ".cache" / "tune_dfrl"
+    path.mkdir(parents=True, exist_ok=True)
+    previous = os.environ.get("TUNE_DFRL_CACHE")
+    os.environ["TUNE_DFRL_CACHE"] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop("TUNE_DFRL_CACHE", None)
+    else:
+        os.environ["TUNE_DFRL_CACHE"] = previous

@@ -1,0 +1,160 @@
+"""The base model: a deterministic supervised warm-up on the task formats, cached on disk.
+
+Warm-up: `steps` AdamW steps of token-mean cross-entropy on answer+eos given the prompt, batches
+drawn domain-balanced from the training pools. Items of level >= `mistake_level` get the
+kind's systematic mistake (tasks.py) as target with probability `mistake_rate` per
+presentation, so the base model puts most of its mass on a wrong but well-formed answer while
+keeping the right one in reach: headroom that sampling can find and RL can learn.
+
+Cache: `<cache_dir>/base-<key>/` is a Hugging Face model directory (model + tokenizer) plus
+`recipe.json`; key = hash of the recipe, the data (pools and benchmarks) and FORMAT_VERSION.
+It is built once under a file lock, in a temporary directory renamed into place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import torch
+from filelock import FileLock
+from rich.progress import Progress
+from transformers import Qwen2ForCausalLM
+
+from .benchmarks import BENCHMARKS, training_pools
+from .model import PAD_ID, EncodedItems, ModelShape, build_tokenizer, encode_items, new_model, save_model
+from .rollout import response_log_probs
+from .tasks import DOMAINS, KINDS
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class BaseRecipe:
+    """Everything that determines the base model (its cache key derives from it)."""
+
+    shape: ModelShape = field(default_factory=ModelShape)
+    steps: int = 1500
+    batch_size: int = 64
+    lr: float = 3e-3
+    warmup_steps: int = 50
+    mistake_level: int = 2
+    mistake_rate: float = 0.6
+    seed: int = 0
+
+    @classmethod
+    def from_dict(cls, values: dict) -> BaseRecipe:
+        allowed = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(set(values) - allowed)
+        if unknown:
+            raise ValueError(f"unknown base-model recipe key(s) {unknown}; allowed: {', '.join(sorted(allowed))}")
+        values = dict(values)
+        if isinstance(values.get("shape"), dict):
+            shape_keys = set(ModelShape.__dataclass_fields__)
+            bad = sorted(set(values["shape"]) - shape_keys)
+            if bad:
+                raise ValueError(f"unknown model shape key(s) {bad}; allowed: {', '.join(sorted(shape_keys))}")
+            values["shape"] = ModelShape(**values["shape"])
+        return cls(**values)
+
+
+def default_cache_dir() -> Path:
+    """$TUNE_DFRL_CACHE, else ~/.cache/tune_dfrl."""
+    return Path(os.environ.get("TUNE_DFRL_CACHE") or Path.home() / ".cache" / "tune_dfrl")
+
+
+@cache
+def data_digest() -> str:
+    """Hash of every benchmark and training item (a change of the generators changes the key)."""
+    h = hashlib.sha256()
+    pools = training_pools()
+    for items in [b.items() for b in BENCHMARKS] + [list(pools[d]) for d in DOMAINS]:
+        for item in items:
+            h.update(f"{item.kind}\t{item.prompt}\t{item.answer}\n".encode())
+    return h.hexdigest()
+
+
+def cache_key(recipe: BaseRecipe) -> str:
+    blob = json.dumps({"recipe": asdict(recipe), "data": data_digest(), "format": FORMAT_VERSION}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def ensure_base_model(recipe: BaseRecipe, cache_dir: Path | None = None) -> Path:
+    """Path of the cached base model for `recipe`, building it first if it is not there."""
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    target = root / f"base-{cache_key(recipe)}"
+    with FileLock(str(target) + ".lock"):
+        if not (target / "recipe.json").exists():
+            staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=root))
+            try:
+                build_base_model(recipe, staging)
+                (staging / "recipe.json").write_text(json.dumps(asdict(recipe), indent=2))
+                staging.rename(target)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def build_base_model(recipe: BaseRecipe, out_dir: Path) -> None:
+    """Run the warm-up and save model + tokenizer to `out_dir`."""
+    tokenizer = build_tokenizer()
+    torch_gen = torch.Generator().manual_seed(recipe.seed)
+    rng = np.random.default_rng(recipe.seed)
+    model = new_model(recipe.shape, len(tokenizer), torch_gen)
+    pools = training_pools()
+    items = [item for d in DOMAINS for item in pools[d]]  # domain-major: domain d is one contiguous block
+    sizes = np.array([len(pools[d]) for d in DOMAINS])
+    offsets = np.cumsum(sizes) - sizes
+    corruptible = torch.tensor([KINDS[i.kind].level >= recipe.mistake_level for i in items])
+    truth = encode_items(tokenizer, [i.prompt for i in items], [i.answer for i in items])
+    wrong = encode_items(tokenizer, [i.prompt for i in items], [KINDS[i.kind].mistake(i) for i in items])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _warmup_cosine(s, recipe.warmup_steps, recipe.steps))
+    model.train()
+    with Progress(transient=True) as progress:
+        task = progress.add_task(f"building base model {out_dir.name}", total=recipe.steps)
+        for step in range(recipe.steps):
+            d = step % len(DOMAINS)  # one domain per batch (little padding), domains in turn
+            index = torch.from_numpy(offsets[d] + rng.integers(sizes[d], size=recipe.batch_size))
+            use_wrong = corruptible[index] & torch.from_numpy(rng.random(recipe.batch_size) < recipe.mistake_rate)
+            loss = _answer_loss(model, truth, wrong, index, use_wrong)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            progress.update(task, advance=1, description=f"building base model (loss {loss.item():.3f})")
+    model.eval()
+    save_model(model, tokenizer, out_dir)
+
+
+def _answer_loss(
+    model: Qwen2ForCausalLM, truth: EncodedItems, wrong: EncodedItems, index: torch.Tensor, use_wrong: torch.Tensor
+) -> torch.Tensor:
+    """Token-mean cross-entropy of the chosen targets (truth or mistake) given the prompts."""
+    batch = truth.select(index)
+    mistakes = wrong.select(index)
+    width = max(batch.targets.shape[1], mistakes.targets.shape[1])
+    targets = torch.where(use_wrong[:, None], _pad_to(mistakes.targets, width), _pad_to(batch.targets, width))
+    mask = (targets != PAD_ID).float()
+    log_probs = response_log_probs(model, batch.prompt_ids, batch.prompt_mask, targets, mask)
+    return -(log_probs * mask).sum() / mask.sum()
+
+
+def _pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
+    return torch.nn.functional.pad(t, (0, width - t.shape[1]))
+
+
+def _warmup_cosine(step: int, warmup: int, total: int) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))

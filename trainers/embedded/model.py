@@ -1,0 +1,111 @@
+"""The tiny policy: a small Qwen2 decoder with a character-level tokenizer, saved as a HF model directory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
+PAD_ID, EOS_ID = 0, 1
+ALPHABET = " abcdefghijklmnopqrstuvwxyz0123456789+-*=?:>,&|~)"
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """One token per character of ALPHABET plus pad / eos / unk; left padding for generation."""
+    vocab = {t: i for i, t in enumerate([PAD, EOS, UNK, *ALPHABET])}
+    core = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, eos_token=EOS, unk_token=UNK, padding_side="left")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Size of the Qwen2 decoder (defaults: ~134k parameters)."""
+
+    hidden: int = 64
+    layers: int = 2
+    heads: int = 4
+    intermediate: int = 256
+    max_positions: int = 96
+
+
+def new_model(shape: ModelShape, vocab_size: int, generator: torch.Generator) -> Qwen2ForCausalLM:
+    """A freshly initialised model: N(0, 0.02) weights drawn from `generator`, zero biases, unit norms."""
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.heads,
+        max_position_embeddings=shape.max_positions,
+        tie_word_embeddings=True,
+        pad_token_id=PAD_ID,
+        eos_token_id=EOS_ID,
+        bos_token_id=None,
+    )
+    model = Qwen2ForCausalLM(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            elif name.endswith("bias"):
+                p.zero_()
+            else:
+                p.copy_(torch.randn(p.shape, generator=generator) * config.initializer_range)
+    return model
+
+
+def load_model(path: Path) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+    """Model and tokenizer from a directory written by `save_model` (a valid HF model directory)."""
+    model = Qwen2ForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.eval()
+    return model, PreTrainedTokenizerFast.from_pretrained(path)
+
+
+def save_model(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, path: Path) -> None:
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+@dataclass(frozen=True)
+class EncodedItems:
+    """Token tensors of a list of items: left-padded prompts [M, P] + mask, targets [M, A] (answer, eos, pad)."""
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    targets: torch.Tensor
+
+    def select(self, index: torch.Tensor) -> EncodedItems:
+        """Rows `index`, with all-pad prompt columns and all-pad target columns trimmed."""
+        mask = self.prompt_mask[index]
+        first = int((mask.sum(0) > 0).int().argmax())
+        targets = self.targets[index]
+        width = int((targets != PAD_ID).sum(0).nonzero().max()) + 1
+        return EncodedItems(self.prompt_ids[index][:, first:], mask[:, first:], targets[:, :width])
+
+
+def encode_items(tokenizer: PreTrainedTokenizerFast, prompts: list[str], answers: list[str]) -> EncodedItems:
+    enc = tokenizer(prompts, padding=True, return_tensors="pt", add_special_tokens=False)
+    targets = tokenizer([a + EOS for a in answers], add_special_tokens=False)["input_ids"]
+    width = max(len(t) for t in targets)
+    padded = torch.tensor([t + [PAD_ID] * (width - len(t)) for t in targets])
+    return EncodedItems(enc["input_ids"], enc["attention_mask"], padded)
+
+
+def decode_responses(tokenizer: PreTrainedTokenizerFast, responses: torch.Tensor) -> tuple[list[str], list[bool]]:
+    """Per row: the text before the first eos (the whole row when there is none) and whether an eos came.
+
+    Special tokens inside the text decode to NUL, which no answer pattern accepts.
+    """
+    symbols = [t if len(t) == 1 else "\x00" for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))]
+    is_eos = responses == EOS_ID
+    finished = is_eos.any(dim=1)
+    ends = torch.where(finished, is_eos.int().argmax(dim=1), responses.shape[1]).tolist()
+    texts = ["".join(symbols[i] for i in row[:end]) for row, end in zip(responses.tolist(), ends)]
+    return texts, finished.tolist()
