@@ -31,7 +31,7 @@ Methods (the same simulated scores and launch order for all, common random numbe
                    (top ceil(n/eta)) at Ray's geometric rungs (first milestone x eta^k), pick =
                    the arm of the best final trial (Ray Tune's `get_best_result`).
 The paired methods then apply the real report rule (`tune_dfrl.stats.paired_verdicts` and
-`recommend`) to the arms they ran to the end.
+`recommend`) to the arms they ran to the end, with the Holm family = all K searched arms.
 
 Asynchrony: trials take equal time per milestone, so whatever the number of workers, arms reach
 every rung in launch order; an arm is compared with the arms (and the control, run first)
@@ -257,13 +257,16 @@ def run_point_asha(scores: np.ndarray, trial_orders: np.ndarray, eta: float, run
 
 
 def report_winner(final: np.ndarray, finished: np.ndarray) -> int:
-    """The report's selection rule (tune_dfrl.stats) on the arms that ran to the end; -1 = the control."""
+    """The report's selection rule (tune_dfrl.stats) on the arms that ran to the end; -1 = the control.
+
+    The Holm family is every searched arm (DESIGN §7), stopped ones included as untested.
+    """
     from tune_dfrl.stats import paired_verdicts, recommend
 
     arms = {arm_name(a): final[a] for a in np.flatnonzero(finished) if a != 0}
     if not arms:
         return -1
-    choice = recommend(paired_verdicts(final[0], arms), CONTROL)["recommended"]
+    choice = recommend(paired_verdicts(final[0], arms, family_size=len(final) - 1), CONTROL)["recommended"]
     return -1 if choice == CONTROL else int(choice.removeprefix("arm"))
 
 

@@ -241,3 +241,18 @@ def test_rank_agreement_hand_computed():
     r = rank_agreement(np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.0, 3.0, 2.0, 4.0]))
     assert r["spearman"] == pytest.approx(1 - 6 * 2 / (4 * 15))  # sum d^2 = 2
     assert r["kendall"] == pytest.approx((5 - 1) / 6)  # 5 concordant, 1 discordant pair
+
+
+def test_stopped_arms_count_in_the_holm_family():
+    """Arms stopped early enter the family as untested (p = 1): stricter for the survivors, never looser."""
+    p = np.array([0.01, 0.02])
+    padded = np.array([0.01, 0.02, 1.0, 1.0])
+    p_holm, alpha_k = holm(p, 0.05, family_size=4)
+    assert p_holm == pytest.approx(multipletests(padded, method="holm")[1][:2])  # 4*0.01, 3*0.02
+    assert alpha_k == pytest.approx([0.05 / 4, 0.05 / 3])
+    se = 0.5
+    mean = (stats.t.ppf(0.975, 3) + stats.t.ppf(0.9875, 3)) / 2 * se  # better alone at 0.05, not at 0.025
+    borderline = CONTROL + boundary_diffs(mean)
+    assert paired_verdicts(CONTROL, {"b": borderline})["b"].verdict == "better"
+    within_search = paired_verdicts(CONTROL, {"b": borderline}, family_size=2)["b"]
+    assert within_search.verdict == "inconclusive" and within_search.level == pytest.approx(0.975)

@@ -152,8 +152,12 @@ def _clean(value: Any) -> Any:
 
 
 def analyze(table: ScoreTable, control: str, aggregations: list[str] | None = None, delta: float = 1.0,
-            alpha: float = 0.05, seed: int = 0, flip_k: int = 3) -> dict:
-    """The summary.json dict of a score table (module docstring); deterministic under `seed`."""
+            alpha: float = 0.05, seed: int = 0, flip_k: int = 3, family_size: int | None = None) -> dict:
+    """The summary.json dict of a score table (module docstring); deterministic under `seed`.
+
+    `family_size`: the Holm family when the table holds only some arms of a search (the others
+    stopped early); by default the compared arms.
+    """
     rng = np.random.default_rng(seed)
     final = table.final()
     aggregations = list(aggregations) if aggregations else default_aggregations(table.bench, table.has_lengths)
@@ -176,7 +180,7 @@ def analyze(table: ScoreTable, control: str, aggregations: list[str] | None = No
         matrix = scores.matrix(name)
         control_row = matrix.loc[control].to_numpy()
         verdicts = paired_verdicts(control_row, {a: matrix.loc[a].to_numpy() for a in arms}, delta, alpha,
-                                   bootstrap=True, rng=rng)
+                                   bootstrap=True, rng=rng, family_size=family_size)
         arm_means = matrix.mean(axis=1)
         for arm, v in verdicts.items():
             mde, needed = power_figures(v.sd, v.n, delta, alpha)
@@ -211,6 +215,7 @@ def analyze(table: ScoreTable, control: str, aggregations: list[str] | None = No
         "primary": primary,
         "equivalence_margin": delta,
         "alpha": alpha,
+        "holm_family": max(len(arms), family_size or 0),
         "seed": seed,
         "flip_k": flip_k,
         "decision_rule": DECISION_RULE,

@@ -79,14 +79,21 @@ def t_pvalue(mean: np.ndarray, se: np.ndarray, n: np.ndarray) -> np.ndarray:
     return np.where(se > 0, p, np.where(mean != 0, 0.0, 1.0))
 
 
-def holm(p: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+def holm(p: np.ndarray, alpha: float, family_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Holm step-down: (adjusted p-values, per-hypothesis alpha_k of the adjusted interval).
+
+    `family_size` m >= len(p) counts hypotheses of the family that were never tested (arms the
+    scheduler stopped early): they enter as p = 1, i.e. never rejected, which only makes the
+    correction stricter for the tested ones.
 
     p_holm of the k-th smallest = min(1, max_{j <= k} (m - j + 1) p_(j)): the values of statsmodels
     `multipletests(p, method="holm")` (the tests check it). Computed here because that function
     runs `gc.collect()` on every call (~50 ms in a loaded process), too slow inside simulation loops.
     alpha_k as in the module docstring; ties keep input order.
     """
+    tested = len(p)
+    if family_size is not None and family_size > tested:
+        p = np.concatenate([p, np.ones(family_size - tested)])
     m = len(p)
     order = np.argsort(p, kind="stable")
     factor = m - np.arange(m)
@@ -96,13 +103,16 @@ def holm(p: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     p_holm, alpha_k = np.empty(m), np.empty(m)
     p_holm[order] = np.minimum(1.0, np.maximum.accumulate(p[order] * factor))
     alpha_k[order] = np.where(np.arange(m) < stop, step_alpha, step_alpha[min(stop, m - 1)])
-    return p_holm, alpha_k
+    return p_holm[:tested], alpha_k[:tested]
 
 
 def paired_verdicts(control: np.ndarray, arms: dict[str, np.ndarray], delta: float = 1.0, alpha: float = 0.05,
                     bootstrap: bool = False, rng: np.random.Generator | None = None,
-                    n_resamples: int = 9999) -> dict[str, ArmVerdict]:
+                    n_resamples: int = 9999, family_size: int | None = None) -> dict[str, ArmVerdict]:
     """Verdict of every arm against the control; `arms` is one Holm family.
+
+    `family_size` (>= len(arms)) is the size of the whole family when some of its arms were not
+    compared (stopped early by the scheduler): DESIGN §7's family is the search, not its survivors.
 
     `control` [S] holds the control's score at each seed; each arm [S] its score at the same seeds,
     NaN where the arm lacks that seed (it is then compared on the seeds it has, at least 2).
@@ -128,7 +138,7 @@ def paired_verdicts(control: np.ndarray, arms: dict[str, np.ndarray], delta: flo
     sd = np.nanstd(diffs, axis=1, ddof=1)
     se = sd / np.sqrt(n)
     p = t_pvalue(mean, se, n)
-    p_holm, alpha_k = holm(p, alpha)
+    p_holm, alpha_k = holm(p, alpha, family_size)
     ci_low, ci_high = t_interval(mean, se, n, 1.0 - alpha_k)
     t_low, t_high = t_interval(mean, se, n, 1.0 - alpha)
     eq_low, eq_high = t_interval(mean, se, n, 1.0 - 2.0 * alpha)
@@ -137,7 +147,7 @@ def paired_verdicts(control: np.ndarray, arms: dict[str, np.ndarray], delta: flo
     tost = np.where(se > 0, tost, np.where(np.abs(mean) < delta, 0.0, 1.0))
     verdict = np.select([ci_low > 0, ci_high < 0, (eq_low > -delta) & (eq_high < delta)],
                         ["better", "worse", "equivalent"], "inconclusive")
-    extra = _resampling(diffs, alpha, rng, n_resamples) if bootstrap else {}
+    extra = _resampling(diffs, alpha, rng, n_resamples, family_size) if bootstrap else {}
     return {
         name: ArmVerdict(n=int(n[i]), delta=float(mean[i]), sd=float(sd[i]), ci_low=float(ci_low[i]),
                          ci_high=float(ci_high[i]), level=float(1.0 - alpha_k[i]), p=float(p[i]),
@@ -148,7 +158,8 @@ def paired_verdicts(control: np.ndarray, arms: dict[str, np.ndarray], delta: flo
     }
 
 
-def _resampling(diffs: np.ndarray, alpha: float, rng: np.random.Generator | None, n_resamples: int) -> dict[str, np.ndarray]:
+def _resampling(diffs: np.ndarray, alpha: float, rng: np.random.Generator | None, n_resamples: int,
+               family_size: int | None = None) -> dict[str, np.ndarray]:
     """BCa interval and sign-flip permutation p per arm; arms sharing a seed pattern are batched."""
     if rng is None:
         raise ValueError("bootstrap=True needs an explicit numpy Generator (rng)")
@@ -167,7 +178,7 @@ def _resampling(diffs: np.ndarray, alpha: float, rng: np.random.Generator | None
         out["bca_low"][rows] = boot.confidence_interval.low
         out["bca_high"][rows] = boot.confidence_interval.high
         out["p_perm"][rows] = perm.pvalue
-    out["p_perm_holm"] = holm(out["p_perm"], alpha)[0]
+    out["p_perm_holm"] = holm(out["p_perm"], alpha, family_size)[0]
     return out
 
 
