@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,14 @@ def make_trainer(recipe: VerlRecipe, arm: ArmSpec, tmp_path: Path):
     trainer._init_tokenizer()
     trainer._init_dataloader()
     return trainer
+
+
+def wait_for_free_cpus(ray, count: int, timeout_s: float = 60.0) -> None:
+    """Fail clearly (instead of hanging in ray.get) when other actors still hold the session cluster's CPUs."""
+    deadline = time.monotonic() + timeout_s
+    while ray.available_resources().get("CPU", 0) < count:
+        assert time.monotonic() < deadline, f"session Ray cluster lacks {count} free CPUs: {ray.available_resources()}"
+        time.sleep(0.5)
 
 
 def test_plugin_registers_the_trainer_through_the_entry_point():
@@ -88,6 +97,7 @@ def test_advantage_hook_writes_policy_weights_into_transfer_queue(ray_session, r
     trainer = make_trainer(recipe, arm, tmp_path)
     trainer.global_steps = 1
     trainer.config.transfer_queue.enable = True
+    wait_for_free_cpus(ray_session, 2)  # TransferQueue's controller and storage unit actors ask for one CPU each
     tq.init(trainer.config.transfer_queue)
     try:
         def nested(rows: list[torch.Tensor]) -> torch.Tensor:

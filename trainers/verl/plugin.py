@@ -1,4 +1,4 @@
-"""verl plugin entry point: registers `DataPolicyTrainer` as verl v1 trainer mode `tune_dfrl`.
+"""verl plugin entry point: registers `DataPolicyTrainer` (trainer.py) as verl v1 trainer mode `tune_dfrl`.
 
 `import verl` loads every entry point of the `verl.plugins` group (verl/__init__.py; ours is
 declared in pyproject.toml), in the driver and in every Ray worker, and swallows their import
@@ -12,6 +12,7 @@ import errors of `verl.trainer.ppo.v1` instead of being swallowed.
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.util
 import sys
@@ -24,12 +25,12 @@ V1_PACKAGE = "verl.trainer.ppo.v1"
 
 
 def register() -> None:
-    """Register the plugin trainer with verl's `register_trainer` under `TRAINER_MODE`."""
-    from verl.trainer.ppo.v1 import register_trainer
+    """Import the trainer module, whose class `register_trainer` registers under `TRAINER_MODE`.
 
-    from .trainer import DataPolicyTrainer
-
-    register_trainer(TRAINER_MODE)(DataPolicyTrainer)
+    When that module itself triggered the import of `verl.trainer.ppo.v1`, it is only partly
+    executed here; importing it again returns it as is and it registers when it finishes.
+    """
+    importlib.import_module("tune_dfrl.trainers.verl.trainer")
 
 
 class _RegisterAfterExec(importlib.abc.Loader):

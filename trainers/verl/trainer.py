@@ -1,6 +1,6 @@
 """The plugin trainer: verl's synchronous v1 PPO trainer plus the arm's data policy.
 
-Registered with verl's `register_trainer` as mode `tune_dfrl` (see `plugin.py`); verl's
+Registered with verl's `register_trainer` as mode `tune_dfrl` (loaded by `plugin.py`); verl's
 `TaskRunnerV1.run` (verl/trainer/main_ppo.py) picks it by `trainer.v1.trainer_mode=tune_dfrl`.
 Hooks into `PPOTrainer` (verl/trainer/ppo/v1/trainer_base.py):
 
@@ -30,16 +30,19 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from transfer_queue import KVBatchMeta
 
 from verl.protocol import DataProto
+from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.dataset.rl_dataset import collate_fn
 from verl.workers.utils.padding import response_to_nested
 
 from .hook import DataPolicy, domain_ids
+from .plugin import TRAINER_MODE
 from .sampler import MixtureBatchSampler
 
 POLICY_FIELDS = ("uid", "rm_scores", "advantages", "response_mask", "old_log_probs")
 
 
+@register_trainer(TRAINER_MODE)
 class DataPolicyTrainer(PPOTrainerSync):
     """`PPOTrainerSync` whose update sees the arm's selection, reweighting or domain mixture."""
 
