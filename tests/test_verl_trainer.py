@@ -53,23 +53,32 @@ def wait_for_free_cpus(ray, count: int, timeout_s: float = 60.0) -> None:
         time.sleep(0.5)
 
 
+REGISTRY_PROBE = (
+    "import json, sys, importlib.metadata as md\n"
+    "{first_import}\n"
+    "lazy = 'tune_dfrl.trainers.verl.trainer' not in sys.modules\n"
+    "from verl.trainer.ppo.v1 import get_trainer_cls, PPOTrainerSync\n"
+    "cls = get_trainer_cls('tune_dfrl')\n"
+    "print(json.dumps({{'entry_points': [e.value for e in md.entry_points(group='verl.plugins')], 'lazy': lazy,\n"
+    "                  'cls': cls.__module__ + '.' + cls.__qualname__, 'sync': issubclass(cls, PPOTrainerSync)}}))\n"
+)
+
+
 def test_plugin_registers_the_trainer_through_the_entry_point():
-    """A fresh interpreter: `import verl` loads our entry point; verl's v1 registry then holds the trainer."""
-    code = (
-        "import json, sys, importlib.metadata as md\n"
-        "import verl\n"
-        "lazy = 'tune_dfrl.trainers.verl.trainer' not in sys.modules\n"
-        "from verl.trainer.ppo.v1 import get_trainer_cls, PPOTrainerSync\n"
-        "cls = get_trainer_cls('tune_dfrl')\n"
-        "print(json.dumps({'entry_points': [e.value for e in md.entry_points(group='verl.plugins')], 'lazy': lazy,\n"
-        "                  'cls': cls.__module__ + '.' + cls.__qualname__, 'sync': issubclass(cls, PPOTrainerSync)}))\n"
-    )
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    out = json.loads(run.stdout.strip().splitlines()[-1])
-    assert "tune_dfrl.trainers.verl.plugin" in out["entry_points"]
-    assert out["cls"] == "tune_dfrl.trainers.verl.trainer.DataPolicyTrainer" and out["sync"]
-    assert out["lazy"]  # `import verl` alone does not pay for the v1 trainer stack
+    """Fresh interpreters: `import verl` loads our entry point and verl's v1 registry then holds the
+    trainer; importing the trainer module first (it imports verl's v1 package itself) works too."""
+    firsts = ("import verl", "import tune_dfrl.trainers.verl.trainer")
+    runs = [subprocess.Popen([sys.executable, "-c", REGISTRY_PROBE.format(first_import=f)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for f in firsts]
+    outs = []
+    for run in runs:
+        stdout, stderr = run.communicate(timeout=300)
+        assert run.returncode == 0, stderr[-3000:]
+        outs.append(json.loads(stdout.strip().splitlines()[-1]))
+    for out in outs:
+        assert "tune_dfrl.trainers.verl.plugin" in out["entry_points"]
+        assert out["cls"] == "tune_dfrl.trainers.verl.trainer.DataPolicyTrainer" and out["sync"]
+    assert outs[0]["lazy"]  # `import verl` alone does not pay for the v1 trainer stack
 
 
 def test_construction_keeps_verls_sync_paths_and_mixes_the_dataloader(recipe, tmp_path):
