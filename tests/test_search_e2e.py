@@ -19,16 +19,21 @@ from mlflow import MlflowClient
 from search_helpers import search_cfg
 from tune_dfrl.search import OPTUNA_STUDY, SearchError, plan_search, run_search
 
-# A small base model (built once into the content-keyed base-model cache, ~30 s), 4 GRPO steps, 3 benchmarks.
+# A small base model (built once into the test session's base-model cache, ~30 s), 4 GRPO steps, 3 benchmarks.
 TINY = ("steps=4", "milestone_every=2", "backend.prompts_per_step=8", "backend.lr=0.001", "backend.base.steps=200",
         "backend.eval_benchmarks=[math_add,logic_bool3,sci_mc3]")
 
 
 @pytest.fixture(scope="module")
-def searched(ray_session, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def cache(embedded_cache: Path) -> str:
+    return f"backend.cache_dir={embedded_cache}"
+
+
+@pytest.fixture(scope="module")
+def searched(ray_session, cache: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """difffilter_band, 3 arms x 3 seeds; a near-zero-width rung interval and eta=100 so that arms do stop."""
     out = tmp_path_factory.mktemp("e2e") / "out"
-    cfg = search_cfg("space=difffilter_band", "seeds=3", "arms=3", *TINY, "scheduler.eta=100",
+    cfg = search_cfg("space=difffilter_band", "seeds=3", "arms=3", *TINY, cache, "scheduler.eta=100",
                      "scheduler.confidence=0.05", f"out={out}")
     run_search(plan_search(cfg))
     return out

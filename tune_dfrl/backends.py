@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from tune_dfrl.backend import Backend
@@ -21,6 +22,15 @@ def _embedded(cfg: dict[str, Any]) -> tuple[Backend, dict[str, Any]]:
     return EmbeddedBackend(), asdict(EmbeddedRecipe.from_dict(cfg))
 
 
+def _embedded_prepare(recipe: dict[str, Any]) -> None:
+    """Build (or find) the cached base model once in the driver, so trials do not queue on its lock."""
+    from tune_dfrl.trainers.embedded.base import ensure_base_model
+    from tune_dfrl.trainers.embedded.recipe import EmbeddedRecipe
+
+    r = EmbeddedRecipe.from_dict(recipe)
+    ensure_base_model(r.base, Path(r.cache_dir) if r.cache_dir else None)
+
+
 def _verl(cfg: dict[str, Any]) -> tuple[Backend, dict[str, Any]]:
     """conf/backend/verl.yaml holds the whole recipe."""
     from tune_dfrl.trainers.verl.backend import VerlBackend
@@ -29,6 +39,7 @@ def _verl(cfg: dict[str, Any]) -> tuple[Backend, dict[str, Any]]:
 
 
 BACKENDS: dict[str, Builder] = {"embedded": _embedded, "verl": _verl}
+PREPARE: dict[str, Callable[[dict[str, Any]], None]] = {"embedded": _embedded_prepare}  # one-off work before any trial
 
 
 def make_backend(name: str, cfg: Mapping[str, Any] | None = None) -> tuple[Backend, dict[str, Any]]:
@@ -36,6 +47,12 @@ def make_backend(name: str, cfg: Mapping[str, Any] | None = None) -> tuple[Backe
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; allowed: {', '.join(BACKENDS)}")
     return BACKENDS[name](dict(cfg or {}))
+
+
+def prepare_backend(name: str, recipe: dict[str, Any]) -> None:
+    """The backend's one-off preparation (e.g. building a cached base model), run in the driver before any trial."""
+    if name in PREPARE:
+        PREPARE[name](recipe)
 
 
 def get_backend(name: str, cfg: Mapping[str, Any] | None = None) -> Backend:

@@ -11,9 +11,12 @@ Output directory (OUT):
     search.json        the resolved plan (space, seeds, recipe, scheduler, ...)
     benchmarks.json    the backend's benchmarks (name, domain, items)
     results.jsonl      one line per (arm, seed, milestone)
+    failures.jsonl     (arm, seed) cells that failed after their last retry
     cells/<arm_id>/seed<k>/checkpoint/   per-cell backend checkpoints (stable, keyed by arm id)
+    cells/<arm_id>/seed<k>/milestones.jsonl   the milestones each cell reported (replayed on restart)
+    state/             searcher and scheduler state, driver attempts (what `resume=true` continues from)
     optuna.db          the Optuna study (sqlite): one trial per distinct arm, value = mean paired delta
-    ray/               Ray Tune's experiment state
+    ray/               Ray Tune's experiment state (tune/, then resume<k>/ per resumed attempt)
     mlflow.db, mlartifacts/   the default MLflow store
     report/            report.md, report.html, figures, summary.json
     summary.json       the report's summary
@@ -34,13 +37,19 @@ from typing import Any
 import yaml
 
 from tune_dfrl.backend import ArmSpec, Backend, BenchmarkInfo
-from tune_dfrl.backends import make_backend
+from tune_dfrl.backends import make_backend, prepare_backend
+from tune_dfrl.control_cache import ControlCache, default_cache_root
+from tune_dfrl.resume import describe_differences, start_attempt, state_dir
+from tune_dfrl.results import read_records, write_records
 from tune_dfrl.rungs import RungRule
 from tune_dfrl.scheduler import SCHEDULERS, make_scheduler
+from tune_dfrl.services import check_ray_address, check_tracking_uri, connect_ray, ray_address
 from tune_dfrl.spaces import ArmFactory, SearchSpace, available_spaces, recipe_hash, space_file_text
 from tune_dfrl.tracking import default_tracking_uri, ui_command
+from tune_dfrl.trial import MILESTONES, PlantedFault, cell_dir
 
 METRIC_PREFIX = "score/"
+AGGREGATIONS = ("db", "macro", "item", "efficiency")  # DESIGN §6; named benchmark subsets add their own
 OPTUNA_STUDY = "tune_dfrl"  # study name in OUT/optuna.db: one trial per distinct arm, valued by its mean paired delta
 
 
@@ -70,6 +79,10 @@ class Plan:
     experiment: str
     ray_address: str | None
     ray_num_cpus: int | None
+    resume: bool = False
+    max_retries: int = 0
+    control_cache: Path | None = None
+    faults: tuple[PlantedFault, ...] = ()
 
     @property
     def metric(self) -> str:
@@ -85,7 +98,14 @@ class Plan:
                 "recipe": self.recipe, "recipe_hash": self.make_arm.recipe_hash, "milestones": list(self.milestones),
                 "control": asdict(self.control), "metric": self.metric, "scheduler": self.scheduler,
                 "searcher": self.searcher, "report": self.report, "out": str(self.out),
-                "tracking_uri": self.tracking_uri, "experiment": self.experiment, "ray_address": self.ray_address}
+                "tracking_uri": self.tracking_uri, "experiment": self.experiment, "ray_address": self.ray_address,
+                "max_retries": self.max_retries, "control_cache": str(self.control_cache) if self.control_cache else None}
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What `resume=true` must find unchanged in the stored search (JSON-normalised)."""
+        return json.loads(json.dumps({"space": asdict(self.space), "backend": self.backend_name, "recipe": self.recipe,
+                                      "seeds": list(self.seeds), "metric": self.metric, "scheduler": self.scheduler,
+                                      "searcher": self.searcher}, default=str))
 
 
 def plan_search(cfg: dict[str, Any]) -> Plan:
@@ -107,9 +127,9 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
     if n_arms < 1:
         raise SearchError(f"arms={n_arms}: a search needs at least 1 searched arm besides the control")
     aggregate = str(cfg["metric"])
-    known = [info.name for info in backend.benchmarks()]
-    if aggregate in known:
-        raise SearchError(f"metric={aggregate!r} is a benchmark; the search optimises an aggregation such as db, macro, item")
+    aggregations = [*AGGREGATIONS, *(recipe.get("subsets") or {})]
+    if aggregate not in aggregations:
+        raise SearchError(f"unknown metric {aggregate!r}; allowed (aggregations the backend reports): {', '.join(aggregations)}")
 
     scheduler = dict(cfg["scheduler"])
     if scheduler["name"] not in SCHEDULERS:
@@ -122,14 +142,64 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
     for suggestion in [{"method": space.control_method, "params": space.control_params}, *space.default_suggestions()]:
         backend.validate(make_arm(suggestion), recipe)
 
+    resume = bool(cfg["resume"])
+    if resume and not cfg["out"]:
+        raise SearchError("resume=true needs out=DIR: the output directory of the search to continue")
     out = Path(cfg["out"] or f"runs/{space.name}-{time.strftime('%Y%m%d-%H%M%S')}").expanduser().absolute()
-    if out.exists() and any(out.iterdir()):
-        raise SearchError(f"output directory {out} is not empty; choose another out=DIR (resuming is not supported yet)")
-    tracking_uri = cfg["mlflow"]["tracking_uri"] or default_tracking_uri(out)
-    experiment = cfg["mlflow"]["experiment"] or f"tune_dfrl/{out.name}"
-    return Plan(space, seeds, n_arms, backend_name, backend, recipe, milestones, control, make_arm, aggregate,
-                scheduler, dict(cfg["searcher"]), dict(cfg["report"]), out, tracking_uri, experiment,
-                cfg["ray"]["address"], cfg["ray"]["num_cpus"])
+    max_retries = cfg["max_retries"]
+    if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
+        raise SearchError(f"max_retries={max_retries!r}: give an integer >= 0 (retries of a crashing trial)")
+    address = ray_address(cfg["ray"]["address"])
+    if address is not None and cfg["ray"]["num_cpus"] is not None:
+        raise SearchError(f"ray.num_cpus sizes a private local cluster; the running cluster at {address!r} owns its "
+                          "resources: drop ray.num_cpus, or drop ray.address (and RAY_ADDRESS)")
+    faults = _faults(cfg["fault_injection"], seeds, milestones)
+    cache = cfg["control_cache"]
+    control_cache = None if cache is None else default_cache_root() if cache == "auto" else Path(cache).expanduser().absolute()
+
+    plan = Plan(space, seeds, n_arms, backend_name, backend, recipe, milestones, control, make_arm, aggregate,
+                scheduler, dict(cfg["searcher"]), dict(cfg["report"]), out, cfg["mlflow"]["tracking_uri"] or "",
+                cfg["mlflow"]["experiment"] or "", address, cfg["ray"]["num_cpus"], resume, max_retries, control_cache, faults)
+    stored = _check_out(plan)
+    plan = replace(plan, tracking_uri=plan.tracking_uri or stored.get("tracking_uri") or default_tracking_uri(out),
+                   experiment=plan.experiment or stored.get("experiment") or f"tune_dfrl/{out.name}")
+    check_tracking_uri(plan.tracking_uri)
+    if address is not None:
+        check_ray_address(address)
+    return plan
+
+
+def _check_out(plan: Plan) -> dict[str, Any]:
+    """A new search needs an empty `out`; a resumed one the same search in it. Returns the stored search.json ({} if new)."""
+    out, stored = plan.out, plan.out / "search.json"
+    if not plan.resume:
+        if stored.exists():
+            raise SearchError(f"{out} already holds a search; pass resume=true to continue it, or choose another out=DIR")
+        if out.exists() and any(out.iterdir()):
+            raise SearchError(f"output directory {out} is not empty; choose another out=DIR")
+        return {}
+    if not stored.exists():
+        raise SearchError(f"resume=true: there is no previous search in {out} (no search.json); "
+                          "run without resume=true to start one")
+    previous = json.loads(stored.read_text())
+    before, now = previous.get("fingerprint", {}), plan.fingerprint()
+    if before != now:
+        raise SearchError(f"resume=true: {out} holds a different search ({describe_differences(before, now)}); "
+                          "resume with the settings it was started with, or choose another out=DIR")
+    return previous
+
+
+def _faults(value: Any, seeds: tuple[int, ...], milestones: tuple[int, ...]) -> tuple[PlantedFault, ...]:
+    """TEST ONLY: `fault_injection` (one fault or a list) -> planted faults, each at a seed and milestone of the search."""
+    faults = []
+    for entry in [] if value is None else value if isinstance(value, list) else [value]:
+        unknown = sorted(set(entry) - {"arm", "seed", "step", "times"})
+        if unknown or not {"arm", "seed", "step"} <= set(entry):
+            raise SearchError(f"fault_injection {entry}: keys arm, seed, step (required) and times; got {sorted(entry)}")
+        if entry["seed"] not in seeds or entry["step"] not in milestones:
+            raise SearchError(f"fault_injection {entry}: seed must be one of {list(seeds)}, step one of the milestones {list(milestones)}")
+        faults.append(PlantedFault(str(entry["arm"]), int(entry["seed"]), int(entry["step"]), entry.get("times")))
+    return tuple(faults)
 
 
 def _seeds(value: Any) -> tuple[int, ...]:
@@ -162,11 +232,14 @@ def calibrate(backend: Backend) -> None:
 
 def run_search(plan: Plan) -> dict[str, Any]:
     """Run a planned search to the end; returns the report summary (also in OUT/summary.json)."""
+    import tempfile
+
     import optuna
     import ray
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
 
+    from tune_dfrl.control_cache import ControlCacheWriter
     from tune_dfrl.pairing import INNER_METRIC, PairedRepeater
     from tune_dfrl.progress import Progress
     from tune_dfrl.results import ResultsLog
@@ -176,14 +249,17 @@ def run_search(plan: Plan) -> dict[str, Any]:
     calibrate(plan.backend)
     out = plan.out
     out.mkdir(parents=True, exist_ok=True)
-    (out / "search.json").write_text(json.dumps(plan.describe(), indent=2))
+    save_plan(plan)
+    attempt = start_attempt(out, plan.resume)
     benchmarks = evaluated_benchmarks(plan.backend, plan.recipe)
     (out / "benchmarks.json").write_text(json.dumps([asdict(b) for b in benchmarks], indent=2))
     print(f"search {plan.space.name}: {plan.n_arms} arms + control x {len(plan.seeds)} seeds, "
-          f"{plan.scheduler['name']} at steps {list(plan.milestones)}; output in {out}", flush=True)
+          f"{plan.scheduler['name']} at steps {list(plan.milestones)}; output in {out}"
+          + (f" (resumed, attempt {attempt})" if plan.resume else ""), flush=True)
+    prepare_backend(plan.backend_name, plan.recipe)
 
     tracker = SearchTracker(plan.tracking_uri, plan.experiment, _artifact_location(plan), plan.space.name,
-                            plan.control.arm_id, _flat_settings(plan.describe()), benchmarks)
+                            plan.control.arm_id, _flat_settings(plan.describe()), benchmarks, resume=plan.resume)
     progress = Progress(plan.control.arm_id, plan.metric, plan.total_cells)
 
     def on_decision(decided: Any) -> None:
@@ -197,22 +273,30 @@ def run_search(plan: Plan) -> dict[str, Any]:
     storage = optuna.storages.RDBStorage(f"sqlite:///{out / 'optuna.db'}")
     inner = OptunaSearch(space=plan.space.sampler(), metric=INNER_METRIC, mode="max", sampler=sampler,
                          storage=storage, study_name=OPTUNA_STUDY)
+    state = state_dir(out)
     searcher = PairedRepeater(inner, plan.make_arm, plan.control, plan.seeds, plan.n_arms, max(plan.milestones),
-                              plan.metric, plan.searcher["max_duplicates"])
+                              plan.metric, plan.searcher["max_duplicates"], state_path=state / "searcher.pkl")
     scheduler = make_scheduler(plan.scheduler["name"], metric=plan.metric, control=plan.control.arm_id, seeds=plan.seeds,
                                milestones=plan.milestones, eta=plan.scheduler["eta"], confidence=plan.scheduler["confidence"],
                                min_seeds=plan.scheduler["min_seeds"], grace_fraction=plan.scheduler["grace_fraction"],
-                               on_decision=on_decision)
+                               on_decision=on_decision, state_path=state / "scheduler.pkl")
+    if plan.resume:
+        _carry_over(plan, searcher, scheduler, progress)
+    callbacks = [ResultsLog(out / "results.jsonl", out / "failures.jsonl", attempt), tracker, progress]
+    if plan.control_cache is not None:
+        cache = ControlCache(plan.control_cache, plan.backend_name, plan.make_arm.recipe_hash, plan.control.arm_id, plan.milestones)
+        _seed_control_cells(plan, cache)
+        callbacks.append(ControlCacheWriter(cache, plan.control.arm_id, out / "results.jsonl"))
     resources = plan.backend.resources(plan.recipe)
-    job = CellJob(plan.backend, plan.recipe, str(out / "cells"), max(1, int(resources.get("cpu", 1))))
+    job = CellJob(plan.backend, plan.recipe, str(out / "cells"), max(1, int(resources.get("cpu", 1))), plan.control.arm_id,
+                  plan.faults)
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: no Ray Tune status tables
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)  # results live in results.jsonl
+    staging = tempfile.TemporaryDirectory(prefix="tune_dfrl-package-")  # the project copy shipped to a running cluster
     started_ray = not ray.is_initialized()
     if started_ray:
-        ray.init(address=plan.ray_address or "local", num_cpus=plan.ray_num_cpus if not plan.ray_address else None,
-                 include_dashboard=False, object_store_memory=100 * 1024**2 if not plan.ray_address else None,
-                 log_to_driver=False, logging_level=logging.WARNING)
+        connect_ray(plan.ray_address, plan.ray_num_cpus, Path(staging.name))
     try:
         trainable = tune.with_resources(tune.with_parameters(run_cell, job=job), resources)
         tuner = tune.Tuner(
@@ -220,9 +304,9 @@ def run_search(plan: Plan) -> dict[str, Any]:
             tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=plan.total_cells,
                                         metric=plan.metric, mode="max", reuse_actors=True,
                                         trial_dirname_creator=trial_dirname),
-            run_config=tune.RunConfig(storage_path=str(out / "ray"), name="tune", verbose=0,
-                                      failure_config=tune.FailureConfig(max_failures=0),
-                                      callbacks=[ResultsLog(out / "results.jsonl"), tracker, progress]),
+            run_config=tune.RunConfig(storage_path=str(out / "ray"), name="tune" if attempt == 0 else f"resume{attempt}",
+                                      verbose=0, failure_config=tune.FailureConfig(max_failures=plan.max_retries),
+                                      callbacks=callbacks),
         )
         tuner.fit()
     except BaseException:
@@ -231,7 +315,36 @@ def run_search(plan: Plan) -> dict[str, Any]:
     finally:
         if started_ray:
             ray.shutdown()
+        staging.cleanup()
     return _report(plan, tracker, scheduler)
+
+
+def save_plan(plan: Plan) -> None:
+    """OUT/search.json: the plan and its fingerprint (what `resume=true` checks)."""
+    (plan.out / "search.json").write_text(json.dumps({**plan.describe(), "fingerprint": plan.fingerprint()}, indent=2))
+
+
+def _carry_over(plan: Plan, searcher: Any, scheduler: Any, progress: Any) -> None:
+    """A resumed search continues the stored searcher and rung book; progress starts from what ended before."""
+    state = state_dir(plan.out)
+    if (state / "searcher.pkl").exists():
+        searcher.resume(state / "searcher.pkl", plan.n_arms)
+    book = getattr(scheduler, "book", None)
+    if book is not None and (state / "scheduler.pkl").exists():
+        scheduler.restore(str(state / "scheduler.pkl"))
+        book = scheduler.book
+    ended = {(arm_id, seed) for arm_id in searcher.arms for seed in searcher.cells_of(arm_id)}
+    stopped = {d.arm: d.rung for d in book.decisions.values() if not d.decision.keep} if book is not None else {}
+    progress.carry_over(read_records(plan.out / "results.jsonl"), ended, stopped)
+
+
+def _seed_control_cells(plan: Plan, cache: ControlCache) -> None:
+    """Control seeds found in the cache get their milestone log from it: their trials replay it instead of training."""
+    for seed in plan.seeds:
+        log = cell_dir(plan.out / "cells", plan.control.arm_id, seed) / MILESTONES
+        cached = cache.get(seed)
+        if cached is not None and not any(r["final"] for r in read_records(log)):
+            write_records(log, cached)
 
 
 def _report(plan: Plan, tracker: Any, scheduler: Any) -> dict[str, Any]:
@@ -246,13 +359,17 @@ def _report(plan: Plan, tracker: Any, scheduler: Any) -> dict[str, Any]:
     complete = [arm for arm in table.arms if reached[arm] >= final]
     stopped = {arm: table.arm_info.get(arm, {}).get("arm_id", "") for arm in table.arms if reached[arm] < final}
     control = next(arm for arm in table.arms if table.arm_info.get(arm, {}).get("arm_id") == plan.control.arm_id)
-    table = replace(table, frame=table.frame[table.frame["arm"].isin(complete)],
-                    notes=table.notes + tuple(_stop_note(arm, arm_id, scheduler) for arm, arm_id in stopped.items()))
+    stop_notes = {arm: _stop_note(arm, arm_id, scheduler) for arm, arm_id in stopped.items()}
+    if complete == [control]:
+        return _control_only(plan, tracker, control, stop_notes)
+    table = replace(table, frame=table.frame[table.frame["arm"].isin(complete)], notes=table.notes + tuple(stop_notes.values()))
     report = plan.report
     defaults = default_aggregations(table.bench, table.has_lengths)
     aggregations = [plan.aggregate] + [a for a in defaults if a != plan.aggregate]
-    summary = analyze(table, control, aggregations, report["delta"], report["alpha"], report["seed"], report["flip_k"])
-    summary["stopped"] = {arm: _stop_note(arm, arm_id, scheduler) for arm, arm_id in stopped.items()}
+    family = len(complete) - 1 + len(stopped)  # Holm family: every searched arm, stopped ones as untested hypotheses
+    summary = analyze(table, control, aggregations, report["delta"], report["alpha"], report["seed"], report["flip_k"],
+                      family_size=family)
+    summary["stopped"] = stop_notes
     paths = write_report(summary, table, plan.out / "report")
     (plan.out / "summary.json").write_text(json.dumps(summary, indent=2))
     arm_ids = {arm: info.get("arm_id", "") for arm, info in table.arm_info.items()}
@@ -261,6 +378,18 @@ def _report(plan: Plan, tracker: Any, scheduler: Any) -> dict[str, Any]:
     print(f"report:  {paths.get('markdown', plan.out / 'report')}")
     print(f"summary: {plan.out / 'summary.json'}")
     print(f"browse:  {ui_command(plan.tracking_uri)}")
+    return summary
+
+
+def _control_only(plan: Plan, tracker: Any, control: str, stop_notes: dict[str, str]) -> dict[str, Any]:
+    """Every searched arm was stopped at a rung: nothing to compare at the full budget; keep the control."""
+    reason = "every searched arm was stopped by the scheduler at a rung; keep the control"
+    summary = {"control": control, "seeds": list(plan.seeds), "primary": plan.aggregate, "arms": {}, "stopped": stop_notes,
+               "recommendation": {"recommended": control, "is_control": True, "reason": reason}, "notes": list(stop_notes.values())}
+    (plan.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    tracker.close("FINISHED")
+    print(f"recommended: {control} — {reason}")
+    print(f"summary: {plan.out / 'summary.json'}\nbrowse:  {ui_command(plan.tracking_uri)}")
     return summary
 
 
