@@ -3,12 +3,14 @@
 For two verl-scale shapes, long responses (1024 prompts x 5 rollouts x 4096 tokens) and many
 groups (8192 x 8 x 256), times per policy the whole hook: building the validated RolloutBatch
 (derived signals are cached on it, so each repetition builds a fresh one) plus scoring and
-acting. The reference is verl's `get_policy_loss_fn("vanilla")` forward on the same batch,
-timed in alternation with the policy in the same run (the ratio survives load drift). Each shape is also timed at 1/8 of its prompts, to show cost grows no
-faster than linearly. Medians of `--reps` runs after one warm-up; 2 torch threads. Masks are
-int64, as verl builds them.
+acting. The reference is verl's `get_policy_loss_fn("vanilla")` forward on the same batch, timed
+in alternation with the policy in the same run (the ratio survives load drift). Each shape is
+also timed at 1/8 of its prompts to show cost grows no faster than linearly; the loss's own
+full / eighth factor is printed alongside (fresh 80 MB buffers page-fault while 1/8-size ones are
+recycled by malloc, so both can exceed 8x). Medians of `--reps` runs after one warm-up; 2 torch
+threads by default; masks are int64, as verl builds them.
 
-    python benchmarks/policy_overhead.py [--reps 5] [--quick]
+    python benchmarks/policy_overhead.py [--reps 5] [--threads 2] [--quick]
 
 The last output line is one JSON object:
 {"max_ratio": ..., "results": [{"policy", "shape": "PxnxL", "ms", "ratio", "ms_eighth"}, ...]}
@@ -99,8 +101,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="shapes / 16 (a smoke run)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     shapes = [(1024, 5, 4096), (8192, 8, 256)]
     if args.quick:
         shapes = [(p // 16, n, length) for p, n, length in shapes]
@@ -110,11 +113,12 @@ def main() -> None:
         print(f"shape {prompts}x{n}x{length} (policy vs verl vanilla loss forward, timed in alternation)", flush=True)
         for name, method, params in POLICIES:
             ms, loss_ms = paired_ms(policy_hook(full, method, params, n), loss_forward(full), args.reps)
-            ms_eighth = median_ms(policy_hook(eighth, method, params, n), args.reps)
+            ms_eighth, loss_eighth = paired_ms(policy_hook(eighth, method, params, n), loss_forward(eighth), args.reps)
             row = dict(policy=name, shape=f"{prompts}x{n}x{length}", ms=round(ms, 2), ratio=round(ms / loss_ms, 4),
                        ms_eighth=round(ms_eighth, 2))
             print(f"  {name:18s} {ms:8.1f} ms  loss {loss_ms:7.1f} ms  ratio {ms / loss_ms:.3f}  "
-                  f"at 1/8: {ms_eighth:7.1f} ms (x8 = {8 * ms_eighth:.1f})", flush=True)
+                  f"| at 1/8: {ms_eighth:7.1f} ms (full / eighth = {ms / ms_eighth:.1f}; "
+                  f"loss full / eighth = {loss_ms / loss_eighth:.1f})", flush=True)
             results.append(row)
         del full, eighth
     print(json.dumps({"max_ratio": max(r["ratio"] for r in results), "results": results}))

@@ -283,16 +283,20 @@ class ParamSpec:
         return out
 
     def describe(self, rollout_n: int | None = None) -> str:
-        """Markdown table: name, type, default, valid range, search range (— = not searched), log."""
-        rows = ["| parameter | type | default | valid range | search range | log |", "|---|---|---|---|---|---|"]
+        """Markdown table: name, type, default, valid range, search range (— = not searched), log, meaning."""
+        rows = [
+            "| parameter | type | default | valid range | search range | log | meaning |",
+            "|---|---|---|---|---|---|---|",
+        ]
         ranges = self.search_ranges(rollout_n=rollout_n)
         for p in self.params:
             search = p.search_text(ranges[p.name]) if p.name in ranges else "—"
             rows.append(
-                f"| `{p.name}` | {p.kind} | {p.default} | {p.range_text(rollout_n)} | {search} | {'yes' if p.log else 'no'} |"
+                f"| `{p.name}` | {p.kind} | {p.default} | {p.range_text(rollout_n)} | {search} | "
+                f"{'yes' if p.log else 'no'} | {p.doc} |"
             )
         for c in self.constraints:
-            rows.append(f"| *constraint* | | | `{c.lower} < {c.upper}` | | |")
+            rows.append(f"| *constraint* | | | `{c.lower} < {c.upper}` | | | |")
         return "\n".join(rows)
 
 

@@ -268,10 +268,10 @@ def test_canonical_rounding_and_key_stability():
 def test_describe_and_methods_table_come_from_the_declarations():
     text = describe_method("softmax")
     assert "scorer `advantage_magnitude`, actuator `softmax`" in text
-    assert "| `temperature` | float | 1.0 | (0, inf) | [0.01, 10] | yes |" in text
-    assert "| `low` | float | 0.0 | [0, 1) | [0, 1) | no |" in describe_method("difffilter")
+    assert "| `temperature` | float | 1.0 | (0, inf) | [0.01, 10] | yes | softmax temperature T |" in text
+    assert "| `low` | float | 0.0 | [0, 1) | [0, 1) | no | lower band edge on the solve rate |" in describe_method("difffilter")
     assert "`low < high`" in describe_method("difffilter")
-    assert "| `k` | int | 2 | [1, 4] | [1, 4] | no |" in describe_method("gfpo", rollout_n=5)
+    assert "| `k` | int | 2 | [1, 4] | [1, 4] | no | responses kept per group |" in describe_method("gfpo", rollout_n=5)
     table = methods_table()
     assert table.count("\n") == len(PAPER_METHODS) + 1
     assert "| maxvar | reward | max_variance | `f`: 0.5, (0, 1]; `recompute_advantages`: False, {False, True}" in table
