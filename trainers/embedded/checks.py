@@ -78,19 +78,19 @@ class ContaminationResult:
 def contamination_check(
     eval_items: list[Item] | None = None, pools: dict[str, list[Item]] | None = None, limit: int = 10
 ) -> ContaminationResult:
-    """Exact (normal-form) and near (Jaccard > threshold) matches between training pools and evaluation items."""
+    """Exact (normal-form) matches, and near ones (Jaccard > threshold, not exact), of training items with evaluation items."""
     eval_items = eval_items if eval_items is not None else [i for b in BENCHMARKS for i in b.items()]
     pools = pools if pools is not None else {d: list(v) for d, v in training_pools().items()}
     train = [i for d in DOMAINS for i in pools.get(d, [])]
     eval_forms = {normal_form(i.prompt): i for i in eval_items}
+    is_exact = np.array([normal_form(t.prompt) in eval_forms for t in train], dtype=bool)
     failures = [
-        f"exact: training {t.prompt!r} = evaluation {eval_forms[normal_form(t.prompt)].prompt!r}"
-        for t in train
-        if normal_form(t.prompt) in eval_forms
+        f"exact: training {train[k].prompt!r} = evaluation {eval_forms[normal_form(train[k].prompt)].prompt!r}"
+        for k in np.flatnonzero(is_exact)
     ]
     exact = len(failures)
     jaccard, nearest = max_jaccard([t.prompt for t in train], [e.prompt for e in eval_items])
-    near = np.flatnonzero(jaccard > JACCARD_THRESHOLD)
+    near = np.flatnonzero((jaccard > JACCARD_THRESHOLD) & ~is_exact)
     failures += [
         f"near: training {train[k].prompt!r} ~ evaluation {eval_items[nearest[k]].prompt!r} (J{NGRAM} = {jaccard[k]:.2f})"
         for k in near

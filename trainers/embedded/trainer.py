@@ -16,6 +16,7 @@ is shared by all seeds.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,14 +135,15 @@ class GRPOTrainer:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        """A snapshot (deep copy) of everything that determines the rest of the trial."""
+        return copy.deepcopy({
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "generator": self.generator.get_state(),
             "sampler": self.sampler.state_dict(),
             "mixer": self.arm.mixer.state_dict(),
             "steps_done": self.steps_done,
-        }
+        })
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
