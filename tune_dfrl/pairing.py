@@ -11,6 +11,10 @@ What Optuna is told (metric m, control c, seeds S_both where both have a value):
 - when the scheduler stopped the arm: PRUNED (Optuna then keeps the last intermediate value);
 - when no seed finished: FAIL.
 Raw means of truncated runs never reach Optuna.
+
+With a `state_path`, the searcher's whole state (arms suggested, cell outcomes, what Optuna was
+told, and the inner searcher with its study) is rewritten there atomically after every event, so
+a driver killed at any moment leaves a consistent state that `resume` continues from.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import logging
 import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +32,7 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from tune_dfrl.backend import ArmSpec
+from tune_dfrl.resume import save_atomically
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +63,10 @@ class PairedRepeater(Searcher):
         final_step: int,
         metric: str,
         max_duplicates: int = 50,
+        state_path: Path | None = None,
     ) -> None:
         super().__init__(metric=metric, mode="max")
+        self.state_path = state_path
         self.searcher = searcher
         self._make_arm = make_arm
         self.control = control
@@ -87,6 +95,7 @@ class PairedRepeater(Searcher):
             return Searcher.FINISHED
         config = self._queue.pop(0)
         self._cells[trial_id] = (config["arm"]["arm_id"], config["seed"])
+        self._persist()
         return config
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
@@ -97,6 +106,7 @@ class PairedRepeater(Searcher):
             for other in self.arms:
                 if other != arm_id:
                     self._report_intermediate(other, int(result["step"]))
+        self._persist()
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         arm_id, seed = self._cells[trial_id]
@@ -108,9 +118,10 @@ class PairedRepeater(Searcher):
         self._ends.setdefault(arm_id, {})[seed] = end
         for other in self.arms:
             self._maybe_tell(other)
+        self._persist()
 
     def get_state(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("searcher", "_make_arm")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("searcher", "_make_arm", "state_path")}
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -125,6 +136,15 @@ class PairedRepeater(Searcher):
         self.set_state(saved["state"])
         self.searcher = saved["searcher"]
 
+    def resume(self, checkpoint_path: str | Path, n_arms: int) -> None:
+        """Continue a saved search with up to `n_arms` searched arms: known arms keep their ids and outcomes,
+        Optuna its study; every cell that has not ended (finished, stopped or failed) is queued again."""
+        self.restore(str(checkpoint_path))
+        self.n_arms = n_arms
+        self._cells = {}
+        self._queue = [arm_config(arm, seed) for arm_id, arm in self.arms.items()
+                       for seed in self.seeds if seed not in self._ends.get(arm_id, {})]
+
     # -- what the driver and tests read ---------------------------------------------------------
 
     def cells_of(self, arm_id: str) -> dict[int, str]:
@@ -138,6 +158,10 @@ class PairedRepeater(Searcher):
         return {s: mine[s][step] - control[s][step] for s in common}
 
     # -- internals --------------------------------------------------------------------------
+
+    def _persist(self) -> None:
+        if self.state_path is not None:
+            save_atomically(self.state_path, self.save)
 
     def _enqueue_next_arm(self) -> bool:
         """Queue the next distinct arm's seeds (the control first); False when the search is over."""

@@ -31,16 +31,25 @@ class Leader:
 class Progress(Callback):
     """Prints cells done, stopped arms and the leader by paired lower bound after every event."""
 
-    def __init__(self, control_id: str, metric: str, total_cells: int, confidence: float = 0.95, stream: TextIO = sys.stdout) -> None:
+    def __init__(self, control_id: str, metric: str, total_cells: int, confidence: float = 0.95, stream: TextIO | None = None) -> None:
         self.control_id = control_id
         self.metric = metric
         self.total_cells = total_cells
         self.confidence = confidence
-        self.stream = stream
+        self.stream = stream  # None: sys.stdout at the time of printing (so the callback pickles, as Tune does)
         self.labels: dict[str, str] = {}
         self.finals: dict[str, dict[int, float]] = {}  # arm id -> seed -> final score
         self.ended: set[tuple[str, int]] = set()
         self.stopped: dict[str, int] = {}  # arm id -> rung step where it stopped
+
+    def carry_over(self, records: list[dict[str, Any]], ended: set[tuple[str, int]], stopped: dict[str, int]) -> None:
+        """Start from an interrupted search: its results lines, the (arm id, seed) cells that ended, the stopped arms."""
+        for r in records:
+            self.labels.setdefault(r["arm_id"], r["label"])
+            if r["final"]:
+                self.finals.setdefault(r["arm_id"], {})[r["seed"]] = float(r["aggregates"][self.metric.removeprefix("score/")])
+        self.ended |= ended
+        self.stopped.update(stopped)
 
     def leader(self) -> Leader | None:
         """The searched arm with the highest paired lower bound against the control (>= 2 common seeds)."""
@@ -67,7 +76,7 @@ class Progress(Callback):
         return " | ".join(parts)
 
     def say(self, event: str) -> None:
-        print(self.line(event), file=self.stream, flush=True)
+        print(self.line(event), file=self.stream or sys.stdout, flush=True)
 
     def note_decision(self, decided: ArmDecision) -> None:
         if not decided.decision.keep:
@@ -87,7 +96,8 @@ class Progress(Callback):
         self.ended.add((arm["arm_id"], seed))
         if result.get("final"):
             self.finals.setdefault(arm["arm_id"], {})[seed] = float(result[self.metric])
-            self.say(f"{arm['label']} seed {seed} finished: {self.metric}={result[self.metric]:.2f}")
+            how = "replayed from its record" if result.get("replayed") else "finished"
+            self.say(f"{arm['label']} seed {seed} {how}: {self.metric}={result[self.metric]:.2f}")
         else:
             self.say(f"{arm['label']} seed {seed} stopped at step {result.get('step', 0):g}")
 

@@ -1,16 +1,25 @@
 """OUT/results.jsonl: one JSON line per reported milestone, written by the driver.
 
     {"arm_id", "label", "method", "params", "seed", "step", "final": bool, "threads",
-     "accuracy": {bench: %}, "length_chars": {...}, "format_failure": {...}, "aggregates": {...}, "train": {...}}
+     "accuracy": {bench: %}, "length_chars": {...}, "format_failure": {...}, "aggregates": {...}, "train": {...},
+     "replayed": bool, "attempt": int}
 
-Lines are appended as results arrive (nothing lives only in memory); a milestone reported twice
-(a trial resumed after waiting at a rung) is written once.
+`replayed`: the milestone came from a record (the control cache, or the cell's own log after a
+pause, retry or resume) rather than from training in that trial; `attempt`: the driver run that
+wrote the line (0, then 1 for the first `resume=true`, ...). Lines are appended as results arrive
+(nothing lives only in memory); a milestone is written once, also across resumes.
+
+OUT/failures.jsonl: one line per (arm, seed) whose trial failed after its last retry:
+    {"arm_id", "label", "seed", "step" (last milestone reached, 0 if none), "failures" (crashes, retries + 1),
+     "error" (the last line of the last crash), "attempt"}
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +44,40 @@ def milestone_record(arm: Mapping[str, Any], seed: int, result: Mapping[str, Any
     }
     for prefix, field in RESULT_PREFIXES.items():
         record[field] = {k[len(prefix):]: float(v) for k, v in result.items() if k.startswith(prefix)}
+    record["replayed"] = bool(result.get("replayed", False))
     return record
 
 
-class ResultsLog(Callback):
-    """Appends every new milestone of every trial to `path`."""
+def flat_result(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The flat Tune result a results line was built from (inverse of `milestone_record`)."""
+    result: dict[str, Any] = {"step": float(record["step"]), "final": record["final"], "threads": record["threads"]}
+    for prefix, field in RESULT_PREFIXES.items():
+        result.update({prefix + k: v for k, v in record[field].items()})
+    return result
 
-    def __init__(self, path: Path) -> None:
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of `path` (none when it does not exist)."""
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def write_records(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
+    """Write JSON lines atomically: a temporary file in the same folder, renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    os.replace(tmp, path)
+
+
+class ResultsLog(Callback):
+    """Appends every new milestone of every trial to `path`, and every failed cell to `failures`."""
+
+    def __init__(self, path: Path, failures: Path, attempt: int = 0) -> None:
         self.path = path
-        self._written: set[tuple[str, int, int]] = set()
+        self.failures = failures
+        self.attempt = attempt
+        self._written = {(r["arm_id"], r["seed"], r["step"]) for r in read_records(path)}
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         arm, seed = trial.config["arm"], int(trial.config["seed"])
@@ -51,5 +85,17 @@ class ResultsLog(Callback):
         if key in self._written:
             return
         self._written.add(key)
-        with self.path.open("a") as f:
-            f.write(json.dumps(milestone_record(arm, seed, result)) + "\n")
+        self._append(self.path, {**milestone_record(arm, seed, result), "attempt": self.attempt})
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        arm, seed = trial.config["arm"], int(trial.config["seed"])
+        error = (trial.get_error() or "").strip()
+        self._append(self.failures, {"arm_id": arm["arm_id"], "label": arm["label"], "seed": seed,
+                                     "step": int((trial.last_result or {}).get("step", 0)),
+                                     "failures": int(trial.num_failures), "error": error.splitlines()[-1] if error else "",
+                                     "attempt": self.attempt})
+
+    @staticmethod
+    def _append(path: Path, record: Mapping[str, Any]) -> None:
+        with path.open("a") as f:
+            f.write(json.dumps(record) + "\n")

@@ -15,6 +15,10 @@ credibly worse than uniform GRPO stops too. The control is never stopped and nev
 A trial that reports a rung whose decision is still open waits (Tune PAUSE; it restarts later
 from the backend's own milestone checkpoint); when the decision is made, every trial of the arm
 continues, or every trial of the arm stops.
+
+A crashed trial that Tune retries (`FailureConfig.max_failures`) is not a failure yet: only its
+last crash leaves the seed out. With a `state_path`, the book is rewritten there atomically after
+every event, so a resumed search keeps the rung decisions already made.
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
+from tune_dfrl.resume import save_atomically
 from tune_dfrl.rungs import RungDecision, RungRule, decide
 
 if TYPE_CHECKING:
@@ -139,9 +145,11 @@ class PairedScheduler(TrialScheduler):
         book: RungBook,
         metric: str,
         on_decision: Callable[[ArmDecision], None] | None = None,
+        state_path: Path | None = None,
     ) -> None:
         super().__init__()
         self.book = book
+        self.state_path = state_path
         self._metric = metric
         self._on_decision = on_decision
         self._reached: dict[str, int] = {}  # trial id -> last step reported
@@ -157,10 +165,14 @@ class PairedScheduler(TrialScheduler):
         step = int(result["step"])
         self._reached[trial.trial_id] = step
         self._apply(tune_controller, self.book.observe(arm, seed, step, float(result[self._metric])), trial)
+        self._persist()
         return {CONTINUE: self.CONTINUE, WAIT: self.PAUSE, STOP: self.STOP}[self.book.action(arm, step)]
 
     def on_trial_error(self, tune_controller: TuneController, trial: Trial) -> None:
+        if trial.status == Trial.ERROR and trial.should_recover():
+            return  # Tune requeues it for a retry (on a final failure the trial is still RUNNING or PENDING here)
         self._apply(tune_controller, self.book.fail(*_cell(trial)), trial)
+        self._persist()
 
     def on_trial_complete(self, tune_controller: TuneController, trial: Trial, result: dict) -> None:
         pass
@@ -195,6 +207,10 @@ class PairedScheduler(TrialScheduler):
             state = pickle.load(f)
         self.book, self._reached = state["book"], state["reached"]
 
+    def _persist(self) -> None:
+        if self.state_path is not None:
+            save_atomically(self.state_path, self.save)
+
     def _next(self, trial: Trial) -> str:
         return self.book.action(_cell(trial)[0], self._reached.get(trial.trial_id, 0))
 
@@ -226,11 +242,13 @@ def make_scheduler(
     min_seeds: int = 2,
     grace_fraction: float = RungRule.grace_fraction,
     on_decision: Callable[[ArmDecision], None] | None = None,
+    state_path: Path | None = None,
 ) -> TrialScheduler:
-    """`paired_asha` / `race` (paired, per arm), Ray's plain per-trial `asha`, or `fifo` (no stopping)."""
+    """`paired_asha` / `race` (paired, per arm, state kept at `state_path`), Ray's plain per-trial `asha`,
+    or `fifo` (no stopping)."""
     if name in ("paired_asha", "race"):
         rule = RungRule(name, eta, confidence, min_seeds, grace_fraction)
-        return PairedScheduler(RungBook(rule, rule.rungs(milestones), control, seeds), metric, on_decision)
+        return PairedScheduler(RungBook(rule, rule.rungs(milestones), control, seeds), metric, on_decision, state_path)
     if name == "asha":
         first = min(step for step in milestones if step >= grace_fraction * max(milestones))
         return ASHAScheduler(time_attr="step", max_t=max(milestones), grace_period=first, reduction_factor=eta)

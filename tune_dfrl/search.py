@@ -348,12 +348,13 @@ def _seed_control_cells(plan: Plan, cache: ControlCache) -> None:
 
 
 def _report(plan: Plan, tracker: Any, scheduler: Any) -> dict[str, Any]:
-    """Analyse the arms that ran their full budget; note the stopped ones; save, log and print the report."""
+    """Analyse the arms that ran their full budget on the seeds that did not fail; note the stopped arms and the
+    failed seeds; save, log and print the report."""
     from tune_dfrl.aggregate import default_aggregations
     from tune_dfrl.report import analyze, print_summary, write_report
     from tune_dfrl.scores import load_results
 
-    table = load_results(plan.out)
+    table, failed = _without_failed_cells(load_results(plan.out), read_records(plan.out / "failures.jsonl"))
     final = max(plan.milestones)
     reached = table.frame.groupby("arm")["step"].max()
     complete = [arm for arm in table.arms if reached[arm] >= final]
@@ -370,6 +371,7 @@ def _report(plan: Plan, tracker: Any, scheduler: Any) -> dict[str, Any]:
     summary = analyze(table, control, aggregations, report["delta"], report["alpha"], report["seed"], report["flip_k"],
                       family_size=family)
     summary["stopped"] = stop_notes
+    summary["failed"] = failed
     paths = write_report(summary, table, plan.out / "report")
     (plan.out / "summary.json").write_text(json.dumps(summary, indent=2))
     arm_ids = {arm: info.get("arm_id", "") for arm, info in table.arm_info.items()}
@@ -379,6 +381,23 @@ def _report(plan: Plan, tracker: Any, scheduler: Any) -> dict[str, Any]:
     print(f"summary: {plan.out / 'summary.json'}")
     print(f"browse:  {ui_command(plan.tracking_uri)}")
     return summary
+
+
+def _without_failed_cells(table: Any, failures: list[dict[str, Any]]) -> tuple[Any, dict[str, list[int]]]:
+    """Drop the milestones of (arm, seed) cells that failed after their last retry, with a note naming each;
+    the report then compares each arm on the seeds it shares with the control. Returns (table, {arm: failed seeds})."""
+    import pandas as pd
+
+    names = {info.get("arm_id"): name for name, info in table.arm_info.items()}
+    failures = [r for r in failures if r["arm_id"] in names]
+    cells = {(names[r["arm_id"]], r["seed"]) for r in failures}
+    notes = tuple(f"arm {names[r['arm_id']]!r}: seed {r['seed']} failed after {r['failures']} attempt(s), at step {r['step']} "
+                  f"({r['error'] or 'no error message'}); it is missing from the analysis" for r in failures)
+    keep = ~pd.MultiIndex.from_frame(table.frame[["arm", "seed"]]).isin(cells)
+    failed: dict[str, list[int]] = {}
+    for arm, seed in sorted(cells):
+        failed.setdefault(arm, []).append(seed)
+    return replace(table, frame=table.frame[keep], notes=table.notes + notes), failed
 
 
 def _control_only(plan: Plan, tracker: Any, control: str, stop_notes: dict[str, str]) -> dict[str, Any]:

@@ -8,6 +8,8 @@
 Logging happens in the driver (works when workers cannot reach the tracking server), one
 `log_batch` per reported milestone. After the search, every arm run carries `paired_delta_<agg>`,
 `ci_low_<agg>`, `ci_high_<agg>` and a `verdict` tag so the MLflow table sorts arms by lower bound.
+A resumed search (`resume=True`) reopens its experiment and runs (found by their tags) and logs
+only the milestones its seed runs do not hold yet.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tune_dfrl.results import RESULT_PREFIXES
 
 ROLE = "tune_dfrl.role"
 MAX_PARAM_CHARS = 6000
+MAX_RUNS = 50000  # runs of one experiment read back on resume
 
 
 def default_tracking_uri(out_dir: Path) -> str:
@@ -59,27 +62,54 @@ class SearchTracker(Callback):
         control_id: str,
         settings: Mapping[str, Any],
         benchmarks: list[BenchmarkInfo],
+        resume: bool = False,
     ) -> None:
         self.tracking_uri = tracking_uri
         self.client = MlflowClient(tracking_uri=tracking_uri)
-        if self.client.get_experiment_by_name(experiment) is not None:
-            raise ValueError(f"MLflow experiment {experiment!r} already exists at {tracking_uri}; "
-                             "one experiment per search: choose another mlflow.experiment=NAME")
-        self.experiment_id = self.client.create_experiment(
-            experiment, artifact_location=artifact_location,
-            tags={"mlflow.experimentKind": "custom_model_development", "space": space, "control_id": control_id},
-        )
         self.experiment = experiment
         self.space, self.control_id = space, control_id
-        run = self.client.create_run(self.experiment_id, run_name=f"search {space}", tags={ROLE: "search", "space": space, "control_id": control_id})
-        self.search_run_id = run.info.run_id
-        self.client.log_batch(self.search_run_id, params=_params(settings))
-        self.client.log_dict(self.search_run_id, [vars(b) for b in benchmarks], "benchmarks.json")
         self.arm_runs: dict[str, str] = {}  # arm id -> run id
         self.seed_runs: dict[tuple[str, int], str] = {}  # (arm id, seed) -> run id
         self._open_seed_runs: set[str] = set()
         self._logged: set[tuple[str, int, int]] = set()  # (arm id, seed, step) already logged
         self._stopped: set[str] = set()  # arm ids the scheduler stopped
+        existing = self.client.get_experiment_by_name(experiment)
+        if existing is not None and not resume:
+            raise ValueError(f"MLflow experiment {experiment!r} already exists at {tracking_uri}; "
+                             "one experiment per search: choose another mlflow.experiment=NAME")
+        if existing is not None and self._reopen(existing.experiment_id):
+            return
+        self.experiment_id = existing.experiment_id if existing is not None else self.client.create_experiment(
+            experiment, artifact_location=artifact_location,
+            tags={"mlflow.experimentKind": "custom_model_development", "space": space, "control_id": control_id},
+        )
+        run = self.client.create_run(self.experiment_id, run_name=f"search {space}", tags={ROLE: "search", "space": space, "control_id": control_id})
+        self.search_run_id = run.info.run_id
+        self.client.log_batch(self.search_run_id, params=_params(settings))
+        self.client.log_dict(self.search_run_id, [vars(b) for b in benchmarks], "benchmarks.json")
+
+    def _reopen(self, experiment_id: str) -> bool:
+        """Pick up the runs of an interrupted search (False when it has no search run yet); mark them running again."""
+        runs = self.client.search_runs([experiment_id], max_results=MAX_RUNS)
+        search = [r for r in runs if r.data.tags.get(ROLE) == "search"]
+        if not search:
+            return False
+        self.experiment_id, self.search_run_id = experiment_id, search[0].info.run_id
+        for run in runs:
+            tags, run_id = run.data.tags, run.info.run_id
+            if tags.get(ROLE) == "arm":
+                self.arm_runs[tags["arm_id"]] = run_id
+            elif tags.get(ROLE) == "seed":
+                key = (tags["arm_id"], int(tags["seed"]))
+                self.seed_runs[key] = run_id
+                score = next((k for k in run.data.metrics if k.startswith("score/")), None)
+                steps = {int(m.step) for m in self.client.get_metric_history(run_id, score)} if score else set()
+                self._logged |= {(*key, step) for step in steps}
+                if run.info.status == "RUNNING" or (run.info.status == "KILLED" and tags.get("stopped") != "true"):
+                    self._open_seed_runs.add(run_id)  # interrupted, not stopped by the scheduler
+        for run_id in [self.search_run_id, *self.arm_runs.values(), *self._open_seed_runs]:
+            self.client.update_run(run_id, status="RUNNING")
+        return True
 
     # -- run creation -----------------------------------------------------------------------------
 

@@ -3,9 +3,15 @@
 On-disk layout (stable, keyed by arm id, which hashes the canonical arm together with the recipe,
 so a later search with the same recipe finds the same cells):
 
-    CELLS/<arm_id>/seed<k>/checkpoint/   the backend's milestone checkpoints (resume point)
+    CELLS/<arm_id>/seed<k>/checkpoint/        the backend's milestone checkpoints (resume point)
+    CELLS/<arm_id>/seed<k>/milestones.jsonl   every milestone the cell reported (results.jsonl records)
 
-A trial that Tune pauses (waiting at a rung) or restarts resumes from there.
+A trial first replays the cell's recorded milestones to Tune (flagged `replayed`), then, unless
+the last one is final, lets the backend continue from its checkpoint and records each new
+milestone before reporting it. So a trial that Tune pauses (waiting at a rung), retries after a
+crash, or that a resumed search starts again never trains a recorded milestone twice, and a
+milestone the driver missed (killed between report and log) is reported again. A control cell
+seeded from the control cache (`tune_dfrl.control_cache`) replays without training at all.
 """
 
 from __future__ import annotations
@@ -15,16 +21,48 @@ from pathlib import Path
 from typing import Any
 
 from tune_dfrl.backend import ArmSpec, Backend, Milestone
+from tune_dfrl.results import flat_result, milestone_record, read_records, write_records
+
+MILESTONES = "milestones.jsonl"
 
 
 def cell_dir(cells_root: Path, arm_id: str, seed: int) -> Path:
-    """Where the (arm, seed) cell keeps its checkpoints."""
+    """Where the (arm, seed) cell keeps its checkpoints and milestone records."""
     return cells_root / arm_id / f"seed{seed}"
 
 
 def trial_dirname(trial: Any) -> str:
     """Ray Tune trial folder name: `<arm_id>-seed<k>-<trial id>`."""
     return f"{trial.config['arm']['arm_id']}-seed{trial.config['seed']}-{trial.trial_id}"
+
+
+class PlantedFaultError(RuntimeError):
+    """The crash a `PlantedFault` plants (tests of retries and failure reporting)."""
+
+
+@dataclass(frozen=True)
+class PlantedFault:
+    """TEST ONLY (search config `fault_injection`): crash the trial of `arm` at `seed` when the backend
+    reports milestone `step`, after its checkpoint is saved, on the cell's first `times` attempts
+    (null: on every attempt). `arm` is `control`, `searched` (any other arm) or an arm id."""
+
+    arm: str
+    seed: int
+    step: int
+    times: int | None = None
+
+    def strike(self, arm_id: str, control_id: str, seed: int, step: int, cell: Path) -> None:
+        """Raise PlantedFaultError when this fault hits (arm, seed, step) and has attempts left; counts in the cell."""
+        arm = "control" if arm_id == control_id else "searched"
+        if self.arm not in (arm, arm_id) or (seed, step) != (self.seed, self.step):
+            return
+        counter = cell / "planted_faults"
+        struck = int(counter.read_text()) if counter.exists() else 0
+        if self.times is not None and struck >= self.times:
+            return
+        counter.write_text(str(struck + 1))
+        raise PlantedFaultError(f"planted fault (fault_injection) in arm {arm_id} seed {seed} at step {step}, "
+                                f"attempt {struck + 1}")
 
 
 @dataclass(frozen=True)
@@ -35,10 +73,12 @@ class CellJob:
     recipe: dict[str, Any]
     cells_root: str  # absolute
     cpus: int
+    control_id: str
+    faults: tuple[PlantedFault, ...] = ()  # TEST ONLY
 
 
 def run_cell(config: dict[str, Any], job: CellJob) -> None:
-    """Train config['arm'] at config['seed'] with exactly `job.cpus` torch threads; report every milestone."""
+    """Replay the cell's recorded milestones, then train the rest with exactly `job.cpus` torch threads."""
     import torch
     from ray import tune
 
@@ -46,10 +86,26 @@ def run_cell(config: dict[str, Any], job: CellJob) -> None:
     arm = ArmSpec(**config["arm"])
     seed = int(config["seed"])
     final = int(job.recipe["steps"])
+    cell = cell_dir(Path(job.cells_root), arm.arm_id, seed)
+    log = cell / MILESTONES
+    records = read_records(log)
+    for record in records:
+        tune.report({**flat_result(record), "replayed": True})
+    if records and records[-1]["final"]:
+        return
+    recorded = {r["step"] for r in records}
 
     def report(milestone: Milestone) -> None:
-        tune.report({**milestone.flat(), "final": milestone.step >= final, "threads": torch.get_num_threads()})
+        if milestone.step in recorded:
+            return  # re-reported by a backend resuming from its checkpoint; replayed above
+        for fault in job.faults:
+            fault.strike(arm.arm_id, job.control_id, seed, milestone.step, cell)
+        result = {**milestone.flat(), "final": milestone.step >= final, "threads": torch.get_num_threads()}
+        records.append(milestone_record(config["arm"], seed, result))
+        recorded.add(milestone.step)
+        write_records(log, records)
+        tune.report(result)
 
-    ckpt = cell_dir(Path(job.cells_root), arm.arm_id, seed) / "checkpoint"
+    ckpt = cell / "checkpoint"
     ckpt.mkdir(parents=True, exist_ok=True)
     job.backend.run_trial(arm, seed, job.recipe, report, ckpt)

@@ -1,0 +1,72 @@
+"""Control-arm results cached across searches, so no control seed is trained twice.
+
+A control trial's milestones depend only on the backend, the recipe and the seed (same arm +
+seed + recipe -> identical milestones, `Backend.run_trial`). Once a control seed finishes, its
+milestone records (the results.jsonl lines, `tune_dfrl.results`) are stored at
+
+    <root>/<backend>/<recipe hash>/<control arm id>/seed<k>.jsonl
+
+written to a temporary file and renamed into place. A later search with the same recipe (any
+space whose control is the same arm) seeds its control cells with them: the trial function
+replays the stored milestones to Ray Tune instead of training (`tune_dfrl.trial`), so the paired
+scheduler, the searcher, results.jsonl, MLflow and the report see the control exactly as if it
+had been trained. Default root: `$TUNE_DFRL_CACHE/controls`, else `~/.cache/tune_dfrl/controls`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+
+from tune_dfrl.results import read_records, write_records
+
+MILESTONE_FIELDS = ("arm_id", "label", "method", "params", "seed", "step", "final", "threads",
+                    "accuracy", "length_chars", "format_failure", "aggregates", "train")
+
+
+def default_cache_root() -> Path:
+    """`controls/` in the shared tune_dfrl cache (the base-model cache's folder)."""
+    from tune_dfrl.trainers.embedded.base import default_cache_dir
+
+    return default_cache_dir() / "controls"
+
+
+class ControlCache:
+    """The cached milestones of one control arm under one recipe, per seed."""
+
+    def __init__(self, root: Path, backend: str, recipe_hash: str, control_id: str, milestones: Sequence[int]) -> None:
+        self.folder = Path(root) / backend / recipe_hash / control_id
+        self.milestones = [int(m) for m in milestones]
+
+    def path(self, seed: int) -> Path:
+        return self.folder / f"seed{seed}.jsonl"
+
+    def get(self, seed: int) -> list[dict[str, Any]] | None:
+        """The seed's milestone records, or None unless the cache holds exactly the planned milestones."""
+        records = read_records(self.path(seed))
+        complete = bool(records) and [r["step"] for r in records] == self.milestones and records[-1]["final"]
+        return records if complete else None
+
+    def put(self, seed: int, records: Sequence[dict[str, Any]]) -> None:
+        """Store a finished control seed (records in step order, one per milestone)."""
+        write_records(self.path(seed), [{k: r[k] for k in MILESTONE_FIELDS} for r in records])
+
+
+class ControlCacheWriter(Callback):
+    """Stores each control seed that finishes, from the search's results.jsonl (written before this runs)."""
+
+    def __init__(self, cache: ControlCache, control_id: str, results: Path) -> None:
+        self.cache = cache
+        self.control_id = control_id
+        self.results = results
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        seed = int(trial.config["seed"])
+        final = bool((trial.last_result or {}).get("final", False))
+        if trial.config["arm"]["arm_id"] != self.control_id or not final or self.cache.get(seed) is not None:
+            return
+        by_step = {r["step"]: r for r in read_records(self.results) if r["arm_id"] == self.control_id and r["seed"] == seed}
+        self.cache.put(seed, [by_step[step] for step in sorted(by_step)])
