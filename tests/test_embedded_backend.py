@@ -1,0 +1,81 @@
+"""EmbeddedBackend contract and bad input: each a clear error before any training starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tune_dfrl.backend import ArmSpec, Backend
+from tune_dfrl.policies import registry, scorers
+from tune_dfrl.trainers.embedded import EmbeddedBackend, EmbeddedRecipe
+
+BASELINE = ArmSpec("baseline", {}, "baseline", "baseline")
+
+
+def _refused(arm: ArmSpec, recipe: dict, tmp_path: Path, match: str) -> None:
+    """run_trial raises ValueError(match) without reporting, checkpointing or building anything."""
+    reported = []
+    cache = tmp_path / "cache"
+    with pytest.raises(ValueError, match=match):
+        EmbeddedBackend().run_trial(arm, 0, {"cache_dir": str(cache), **recipe}, reported.append, tmp_path / "ckpt")
+    assert reported == [] and not (tmp_path / "ckpt").exists() and not cache.exists()
+
+
+def test_backend_contract():
+    backend: Backend = EmbeddedBackend()
+    assert backend.name == "embedded"
+    infos = backend.benchmarks()
+    assert len(infos) == 12 and {i.domain for i in infos} == {"math", "logic", "science"}
+    assert backend.resources({}) == {"cpu": 1, "gpu": 0}
+    assert backend.resources({"cpus_per_trial": 2}) == {"cpu": 2, "gpu": 0}
+    assert EmbeddedRecipe.from_dict({"cpus_per_trial": 2}).threads == 2
+    assert EmbeddedRecipe.from_dict({"cpus_per_trial": 2, "num_threads": 1}).threads == 1
+    assert backend.calibrate().ok
+
+
+@pytest.mark.parametrize(
+    "recipe,match",
+    [
+        ({"stepz": 10}, r"unknown embedded recipe key\(s\) \['stepz'\]; allowed: steps, milestone_every"),
+        ({"steps": 20, "milestone_every": 50}, r"'steps' \(20\) is smaller than 'milestone_every' \(50\)"),
+        ({"eval_benchmarks": ["math_add", "gsm8k"]}, r"unknown benchmark or domain name\(s\) \['gsm8k'\]"),
+        ({"eval_benchmarks": ["chemistry"]}, r"allowed domains: math, logic, science"),
+        ({"rollout_n": 1}, r"'rollout_n' must be an integer >= 2"),
+        ({"lr": 0}, r"'lr' must be > 0"),
+        ({"max_new_tokens": 3}, r"'max_new_tokens' \(3\) must exceed the longest answer"),
+        ({"base": {"stepss": 5}}, r"unknown base-model recipe key\(s\) \['stepss'\]"),
+        ({"base": {"shape": {"width": 5}}}, r"unknown model shape key\(s\) \['width'\]"),
+    ],
+)
+def test_bad_recipe(recipe, match, tmp_path):
+    _refused(BASELINE, recipe, tmp_path, match)
+
+
+@pytest.mark.parametrize(
+    "arm,match",
+    [
+        (ArmSpec("difffilterr", {}, "x", "x"), r"unknown method 'difffilterr'; allowed: .*difffilter"),
+        (ArmSpec("softmax", {"temprature": 1.0}, "x", "x"), r"unknown parameter 'temprature' for softmax"),
+        (ArmSpec("gfpo", {"k": 5}, "x", "x"), r"parameter .k. for gfpo must be in \[1, 4\] at rollout_n=5"),
+        (ArmSpec("static", {"proportions": [0.5, 0.5]}, "x", "x"), r"static proportions must be 3 numbers"),
+    ],
+)
+def test_bad_arm(arm, match, tmp_path):
+    _refused(arm, {}, tmp_path, match)
+
+
+def test_arm_needing_a_signal_the_backend_lacks(monkeypatch, tmp_path):
+    """A policy that reads rollout_is_weights (never set by this backend) is refused up front."""
+    needs_is = scorers.Scorer("is_weight", (), lambda batch, p: batch.rollout_is_weights.sum(dim=1).double())
+    monkeypatch.setitem(scorers.SCORERS, "is_weight", needs_is)
+    monkeypatch.setitem(registry.ALL_METHODS, "is_softmax", ("is_weight", "softmax"))
+    arm = ArmSpec("is_softmax", {}, "x", "softmax on IS weights")
+    _refused(arm, {}, tmp_path, r"cannot run on the embedded backend, which provides the signals group, domain, reward")
+
+
+def test_validate_accepts_every_paper_method():
+    backend = EmbeddedBackend()
+    for method in registry.PAPER_METHODS:
+        backend.validate(ArmSpec(method, {}, method, method), {})
+
