@@ -49,10 +49,10 @@ def start_attempt(out: Path, resume: bool) -> int:
 
 
 def differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """`key.sub: stored -> current` for each leaf that differs between two JSON-like mappings."""
+    """`key.sub: stored -> current` for each leaf that differs between two JSON-like mappings, shallowest first."""
     old, new = _leaves(stored), _leaves(current)
-    return [f"{key}: {old.get(key, '(absent)')!r} -> {new.get(key, '(absent)')!r}"
-            for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)]
+    keys = sorted(old.keys() | new.keys(), key=lambda k: (k.count("."), k))
+    return [f"{key}: {old.get(key, '(absent)')!r} -> {new.get(key, '(absent)')!r}" for key in keys if old.get(key) != new.get(key)]
 
 
 def describe_differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> str:
@@ -62,9 +62,12 @@ def describe_differences(stored: Mapping[str, Any], current: Mapping[str, Any]) 
 
 
 def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, Mapping) and value:
-        out: dict[str, Any] = {}
-        for key, sub in value.items():
-            out.update(_leaves(sub, f"{prefix}{key}."))
-        return out
-    return {prefix.rstrip("."): value}
+    """Dotted path -> value of every leaf; items of a list of mappings are numbered (`methods.0.ranges`)."""
+    nested = isinstance(value, list) and any(isinstance(v, Mapping) for v in value)
+    items = value.items() if isinstance(value, Mapping) else enumerate(value) if nested else None
+    if not items or not value:
+        return {prefix.rstrip("."): value}
+    out: dict[str, Any] = {}
+    for key, sub in items:
+        out.update(_leaves(sub, f"{prefix}{key}."))
+    return out

@@ -103,7 +103,8 @@ class Plan:
 
     def fingerprint(self) -> dict[str, Any]:
         """What `resume=true` must find unchanged in the stored search (JSON-normalised)."""
-        return json.loads(json.dumps({"space": asdict(self.space), "backend": self.backend_name, "recipe": self.recipe,
+        space = {k: v for k, v in asdict(self.space).items() if k != "description"}
+        return json.loads(json.dumps({"space": space, "backend": self.backend_name, "recipe": self.recipe,
                                       "seeds": list(self.seeds), "metric": self.metric, "scheduler": self.scheduler,
                                       "searcher": self.searcher}, default=str))
 

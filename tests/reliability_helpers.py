@@ -1,0 +1,94 @@
+"""Helpers for the reliability tests: tiny embedded searches, the CLI in a subprocess, and cleanup of
+the processes a test started (by process group and by a unique marker in their command line)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# 4 GRPO steps, milestones at 2 and 4, 3 benchmarks, a small base model (the one test_search_e2e uses, cached by content).
+TINY = ("steps=4", "milestone_every=2", "backend.prompts_per_step=8", "backend.lr=0.001", "backend.base.steps=200",
+        "backend.eval_benchmarks=[math_add,logic_bool3,sci_mc3]")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def short_tmp(prefix: str) -> Path:
+    """A short private folder under /tmp (Ray's socket paths must stay under ~100 characters); its name marks our processes."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def search_command(*overrides: str) -> list[str]:
+    return [sys.executable, "-m", "tune_dfrl.search", *overrides]
+
+
+def start(command: list[str], cwd: Path, env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen:
+    """A subprocess in its own session (so its whole process group can be stopped), output to `log`."""
+    out = open(log, "w") if log is not None else subprocess.DEVNULL  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(command, cwd=cwd, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def stop(proc: subprocess.Popen, marker: str | None = None, sig: int = signal.SIGTERM, grace_s: float = 20.0) -> None:
+    """Stop a process we started and its process group, then SIGKILL anything whose command line holds `marker`."""
+    for s in (sig, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, s)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=grace_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    if marker is not None:
+        deadline = time.time() + grace_s
+        while (left := marked(marker)) and time.time() < deadline:
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.5)
+
+
+def marked(marker: str) -> list[int]:
+    """Live processes (other than this one) whose command line contains `marker`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def wait_for(condition, timeout_s: float, what: str, poll_s: float = 0.5) -> None:
+    deadline = time.time() + timeout_s
+    while not condition():
+        if time.time() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(poll_s)
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    """Every file under `root` with its content (to show that a refused command changed nothing)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
