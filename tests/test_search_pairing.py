@@ -48,6 +48,9 @@ def test_control_first_then_each_arm_on_the_same_explicit_seeds(topk: SearchSpac
     assert arms[:3] == [r.control.arm_id] * 3 and handed[0][1]["arm"]["method"] == "baseline"
     assert len(set(arms[3:6])) == 1 and len(set(arms[6:9])) == 1 and arms[3] != arms[6] != r.control.arm_id
     assert seeds == list(SEEDS) * 3
+    assert r.suggest("t9") is None  # nothing left to hand out, but cells still run
+    for tid, cfg in handed:
+        finish(r, tid, {10: 1.0, 20: 2.0})
     assert r.suggest("t9") == Searcher.FINISHED
 
 
@@ -84,7 +87,7 @@ def test_duplicate_canonical_arms_run_once_and_share_the_outcome() -> None:
     storage = optuna.storages.InMemoryStorage()
     r = repeater(gfpo, n_arms=5, storage=storage, max_duplicates=20)
     handed = []
-    while (cfg := r.suggest(f"t{len(handed)}")) != Searcher.FINISHED:
+    while (cfg := r.suggest(f"t{len(handed)}")) not in (None, Searcher.FINISHED):
         handed.append((f"t{len(handed)}", cfg))
     ids = [cfg["arm"]["arm_id"] for _, cfg in handed]
     assert len(handed) == 9 and len(set(ids)) == 3  # control + k=2 + k=3, three seeds each
@@ -110,3 +113,21 @@ def test_state_survives_save_and_restore(topk: SearchSpace, tmp_path) -> None:
             finish(r, tid, {10: 1.0, 20: CONTROL[cfg["seed"]] + 1.0})
     assert restored.told == first.told and list(restored.told.values()) == [("COMPLETE", pytest.approx(1.0))]
     assert [cfg for _, cfg in hand_out(restored, 7)] == [cfg for _, cfg in hand_out(first, 7)]
+
+
+def test_a_stopped_arm_is_pruned_only_after_its_rung_delta_is_told(topk: SearchSpace) -> None:
+    """The scheduler can stop an arm on a control value the searcher has not seen yet (same event)."""
+    storage = optuna.storages.InMemoryStorage()
+    r = repeater(topk, n_arms=1, storage=storage)
+    handed = hand_out(r, 6)
+    control, arm = handed[:3], handed[3:]
+    for tid, cfg in control[:2]:
+        r.on_trial_result(tid, {"step": 10, "score/db": CONTROL_10[cfg["seed"]]})
+    for tid, cfg in arm:
+        r.on_trial_result(tid, {"step": 10, "score/db": CONTROL_10[cfg["seed"]] - 3.0})
+        r.on_trial_complete(tid)
+    study = optuna.load_study(study_name="s", storage=storage)
+    assert study.trials[0].state == optuna.trial.TrialState.RUNNING
+    r.on_trial_result(control[2][0], {"step": 10, "score/db": CONTROL_10[control[2][1]["seed"]]})
+    trial = optuna.load_study(study_name="s", storage=storage).trials[0]
+    assert trial.state == optuna.trial.TrialState.PRUNED and trial.intermediate_values == {10: pytest.approx(-3.0)}

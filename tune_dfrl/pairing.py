@@ -84,6 +84,7 @@ class PairedRepeater(Searcher):
         self.told: dict[str, tuple[str, float | None]] = {}  # arm id -> (Optuna state name, value)
         self._told_inner: set[str] = set()
         self._suggested = 0  # inner suggestions made (distinct or not)
+        self._exhausted = False  # max_duplicates consecutive duplicates seen
 
     # -- Searcher interface -------------------------------------------------------------------
 
@@ -91,8 +92,14 @@ class PairedRepeater(Searcher):
         return metric in (None, self._metric) and mode in (None, "max")
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        """The next (arm, seed) config; None while arms run but none is left to hand out; FINISHED at the end.
+
+        FINISHED waits until every handed-out cell ended: Ray Tune keeps (and reuses) idle trial
+        actors only while the search is unfinished, and paused trials resume on them.
+        """
         if not self._queue and not self._enqueue_next_arm():
-            return Searcher.FINISHED
+            ended = sum(len(ends) for ends in self._ends.values())
+            return Searcher.FINISHED if ended == len(self._cells) else None
         config = self._queue.pop(0)
         self._cells[trial_id] = (config["arm"]["arm_id"], config["seed"])
         self._persist()
@@ -106,6 +113,7 @@ class PairedRepeater(Searcher):
             for other in self.arms:
                 if other != arm_id:
                     self._report_intermediate(other, int(result["step"]))
+                    self._maybe_tell(other)  # a stopped arm may have waited for this control value
         self._persist()
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
@@ -167,7 +175,7 @@ class PairedRepeater(Searcher):
         """Queue the next distinct arm's seeds (the control first); False when the search is over."""
         if not self.arms:
             return self._enqueue(self.control, inner_id=None)
-        if len(self.arms) - 1 >= self.n_arms:
+        if len(self.arms) - 1 >= self.n_arms or self._exhausted:
             return False
         for _ in range(self.max_duplicates):
             inner_id = f"arm{self._suggested:04d}"
@@ -181,6 +189,7 @@ class PairedRepeater(Searcher):
                 self.searcher.on_trial_result(inner_id, {INNER_METRIC: value, "training_iteration": step})
             self._maybe_tell(arm.arm_id)
         log.warning("%d consecutive suggestions duplicated known arms: the space is exhausted", self.max_duplicates)
+        self._exhausted = True
         return False
 
     def _enqueue(self, arm: ArmSpec, inner_id: str | None) -> bool:
@@ -208,6 +217,16 @@ class PairedRepeater(Searcher):
         for inner_id in self._optuna_ids[arm_id]:
             self.searcher.on_trial_result(inner_id, {INNER_METRIC: value, "training_iteration": step})
 
+    def _rung_value_told(self, arm_id: str, ends: dict[int, str], control_ends: dict[int, str]) -> bool:
+        """For a stopped arm: True once its paired delta at the stopping step is told, or can never be."""
+        reached = [max(self._scores[arm_id][s]) for s, end in ends.items() if end == STOPPED and s in self._scores.get(arm_id, {})]
+        if not reached:
+            return True
+        step = min(reached)
+        self._report_intermediate(arm_id, step)
+        told = step in self._intermediate.get(arm_id, {})
+        return told or all(s in control_ends for s in ends)
+
     def _maybe_tell(self, arm_id: str) -> None:
         """Tell Optuna how an arm ended, once all its seeds ended and the control values it needs exist.
 
@@ -223,6 +242,8 @@ class PairedRepeater(Searcher):
                 return  # the arm, or the control at one of its finished seeds, is still running
             deltas = self.paired_deltas(arm_id, self.final_step)
             if STOPPED in ends.values():
+                if not self._rung_value_told(arm_id, ends, control_ends):
+                    return  # the control has not reached the stopping rung at every seed yet
                 self.told[arm_id] = (optuna.trial.TrialState.PRUNED.name, None)
             elif deltas:
                 self.told[arm_id] = (optuna.trial.TrialState.COMPLETE.name, float(np.mean(list(deltas.values()))))

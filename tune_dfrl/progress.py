@@ -68,7 +68,7 @@ class Progress(Callback):
     def line(self, event: str) -> str:
         parts = [f"[{len(self.ended)}/{self.total_cells} cells]", event]
         if self.stopped:
-            parts.append(f"stopped: {', '.join(self.labels.get(a, a) for a in self.stopped)}")
+            parts.append(f"{len(self.stopped)} arm{'s' if len(self.stopped) > 1 else ''} stopped")
         lead = self.leader()
         if lead is not None:
             parts.append(f"leader by paired lower bound: {self.labels.get(lead.arm_id, lead.arm_id)} "

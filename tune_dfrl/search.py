@@ -302,7 +302,7 @@ def run_search(plan: Plan) -> dict[str, Any]:
         trainable = tune.with_resources(tune.with_parameters(run_cell, job=job), resources)
         tuner = tune.Tuner(
             trainable,
-            tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=plan.total_cells,
+            tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=-1,  # the searcher ends it
                                         metric=plan.metric, mode="max", reuse_actors=True,
                                         trial_dirname_creator=trial_dirname),
             run_config=tune.RunConfig(storage_path=str(out / "ray"), name="tune" if attempt == 0 else f"resume{attempt}",
