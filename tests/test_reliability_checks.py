@@ -1,6 +1,7 @@
 """Bad input around resuming, the tracking server and the Ray address: each a clear error, found by
 `plan_search` before anything is written or any trial starts, in seconds, and nothing on disk changes.
-Plus the stored forms resuming relies on: the control cache's entries and results lines replayed as Tune results."""
+Plus what resuming relies on, without Ray: the searcher's and scheduler's saved state, the control cache's
+entries, and results lines replayed as Tune results."""
 
 from __future__ import annotations
 
@@ -10,14 +11,21 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import optuna
 import pytest
+from ray.tune.experiment import Trial
+from ray.tune.search import Searcher
+from ray.tune.search.optuna import OptunaSearch
 
 from reliability_helpers import TINY, free_port, tree_bytes
 from search_helpers import search_cfg
 from tune_dfrl.control_cache import ControlCache
+from tune_dfrl.pairing import INNER_METRIC, PairedRepeater
+from tune_dfrl.scheduler import make_scheduler
 from tune_dfrl.results import flat_result, milestone_record
 from tune_dfrl.search import plan_search, save_plan
 from tune_dfrl.services import ServiceError, check_ray_address, check_tracking_uri
+from tune_dfrl.spaces import ArmFactory, SearchSpace
 
 FAST_S = 8.0  # a probe of an address that does not answer must not hang (probes time out after 5 s)
 
@@ -184,3 +192,60 @@ def test_the_control_cache_holds_only_complete_controls(tmp_path: Path) -> None:
     assert cache.get(1) is None
     assert ControlCache(tmp_path, "embedded", "5eed5eed5eed", "c0ffee000000", milestones=[2, 4, 6]).get(0) is None
     assert sorted(p.name for p in cache.folder.iterdir()) == ["seed0.jsonl", "seed1.jsonl"]  # no temporary files left
+
+
+# ------------------------------------------------------------------------------------------ saved state
+
+
+def repeater(storage: str, state: Path) -> PairedRepeater:
+    """A searcher as run_search builds it: Optuna on sqlite, state saved after every event."""
+    inner = OptunaSearch(space=SearchSpace.load("topk_keep", rollout_n=8).sampler(), metric=INNER_METRIC, mode="max",
+                         sampler=optuna.samplers.TPESampler(seed=0), storage=optuna.storages.RDBStorage(storage), study_name="s")
+    factory = ArmFactory(rollout_n=8, recipe_hash="r0")
+    return PairedRepeater(inner, factory, factory({"method": "baseline", "params": {}}), (0, 1), n_arms=1, final_step=4,
+                          metric="score/db", state_path=state)
+
+
+def report(r: PairedRepeater, trial_id: str, scores: dict[int, float], complete: bool) -> None:
+    for step, score in scores.items():
+        r.on_trial_result(trial_id, {"step": step, "score/db": score})
+    if complete:
+        r.on_trial_complete(trial_id, {"step": max(scores), "score/db": scores[max(scores)]})
+
+
+def test_a_resumed_searcher_hands_out_only_the_cells_that_had_not_ended(tmp_path: Path) -> None:
+    storage, state = f"sqlite:///{tmp_path / 'optuna.db'}", tmp_path / "searcher.pkl"
+    first = repeater(storage, state)
+    handed = {(cfg["arm"]["arm_id"], cfg["seed"]): tid for tid, cfg in ((f"t{i}", first.suggest(f"t{i}")) for i in range(4))}
+    control, arm = first.control.arm_id, next(a for a, _ in handed if a != first.control.arm_id)
+    report(first, handed[(control, 0)], {2: 30.0, 4: 40.0}, complete=True)
+    report(first, handed[(control, 1)], {2: 31.0}, complete=False)  # killed mid-trial
+    report(first, handed[(arm, 0)], {2: 33.0, 4: 45.0}, complete=True)  # (arm, 1) never reported
+    del first  # the driver dies: only the state file and the Optuna study remain
+
+    resumed = repeater(storage, state)
+    resumed.resume(state, n_arms=1)
+    again = {(cfg["arm"]["arm_id"], cfg["seed"]): tid for tid, cfg in ((f"u{i}", resumed.suggest(f"u{i}")) for i in range(2))}
+    assert set(again) == {(control, 1), (arm, 1)} and resumed.suggest("u2") is None  # nothing finished is handed out
+    report(resumed, again[(control, 1)], {2: 31.0, 4: 41.0}, complete=True)
+    report(resumed, again[(arm, 1)], {2: 35.0, 4: 47.0}, complete=True)
+    assert resumed.suggest("u3") == Searcher.FINISHED
+    study = optuna.load_study(study_name="s", storage=storage)
+    assert len(study.trials) == 1 and study.trials[0].value == pytest.approx(((45 - 40) + (47 - 41)) / 2)
+
+
+def test_the_paired_scheduler_leaves_out_a_seed_only_after_its_last_retry(tmp_path: Path) -> None:
+    scheduler = make_scheduler("paired_asha", metric="score/db", control="c", seeds=(0, 1), milestones=(2, 4),
+                               state_path=tmp_path / "scheduler.pkl")
+    trial = Trial("__fake", config={"arm": {"arm_id": "a"}, "seed": 1}, stub=True, max_failures=1)
+    trial.run_metadata.num_failures = 1
+    trial.set_status(Trial.ERROR)  # Tune's state while it requeues a crashed trial for a retry
+    scheduler.on_trial_error(None, trial)
+    assert scheduler.book._seeds_for("a") == (0, 1)
+    trial.run_metadata.num_failures = 2
+    trial.set_status(Trial.RUNNING)  # the last crash: Tune reports the error of a trial it will not retry
+    scheduler.on_trial_error(None, trial)
+    assert scheduler.book._seeds_for("a") == (0,)
+    restored = make_scheduler("paired_asha", metric="score/db", control="c", seeds=(0, 1), milestones=(2, 4))
+    restored.restore(str(tmp_path / "scheduler.pkl"))  # saved after the event
+    assert restored.book._seeds_for("a") == (0,)

@@ -98,8 +98,8 @@ class PairedRepeater(Searcher):
         actors only while the search is unfinished, and paused trials resume on them.
         """
         if not self._queue and not self._enqueue_next_arm():
-            ended = sum(len(ends) for ends in self._ends.values())
-            return Searcher.FINISHED if ended == len(self._cells) else None
+            ended = all(seed in self._ends.get(arm_id, {}) for arm_id, seed in self._cells.values())
+            return Searcher.FINISHED if ended else None  # (cells ended before a resume are not handed out again)
         config = self._queue.pop(0)
         self._cells[trial_id] = (config["arm"]["arm_id"], config["seed"])
         self._persist()
