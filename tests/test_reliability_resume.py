@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import signal
 from collections import Counter
 from dataclasses import dataclass
@@ -91,6 +92,7 @@ def resumed(tmp_path_factory: pytest.TempPathFactory) -> Resumed:
         resume.wait(timeout=900)
     finally:
         stop(resume, marker=str(ray_tmp))
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert resume.returncode == 0, (root / "resumed.log").read_text()[-3000:]
     return Resumed(root, out, cache, before)
 
