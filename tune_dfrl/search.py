@@ -293,6 +293,7 @@ def run_search(plan: Plan) -> dict[str, Any]:
                   plan.faults)
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: no Ray Tune status tables
+    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")  # Ctrl-C interrupts at once; resume=true continues
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)  # results live in results.jsonl
     staging = tempfile.TemporaryDirectory(prefix="tune_dfrl-package-")  # the project copy shipped to a running cluster
     started_ray = not ray.is_initialized()
@@ -310,8 +311,10 @@ def run_search(plan: Plan) -> dict[str, Any]:
                                       callbacks=callbacks),
         )
         tuner.fit()
-    except BaseException:
+    except BaseException as error:
         tracker.close("KILLED")
+        if isinstance(error, KeyboardInterrupt):
+            print(f"interrupted; to continue, run the same command with resume=true out={out}", file=sys.stderr, flush=True)
         raise
     finally:
         if started_ray:
