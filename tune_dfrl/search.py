@@ -257,7 +257,10 @@ def run_search(plan: Plan) -> dict[str, Any]:
     print(f"search {plan.space.name}: {plan.n_arms} arms + control x {len(plan.seeds)} seeds, "
           f"{plan.scheduler['name']} at steps {list(plan.milestones)}; output in {out}"
           + (f" (resumed, attempt {attempt})" if plan.resume else ""), flush=True)
+    began = time.monotonic()
+    print(f"preparing the {plan.backend_name} backend (a first run builds what it caches, e.g. the embedded base model)", flush=True)
     prepare_backend(plan.backend_name, plan.recipe)
+    print(f"backend ready after {time.monotonic() - began:.0f} s", flush=True)
 
     tracker = SearchTracker(plan.tracking_uri, plan.experiment, _artifact_location(plan), plan.space.name,
                             plan.control.arm_id, _flat_settings(plan.describe()), benchmarks, resume=plan.resume)
