@@ -95,3 +95,13 @@ def test_second_rung_waits_for_the_first() -> None:
 def test_unknown_scheduler_lists_the_allowed_ones() -> None:
     with pytest.raises(ValueError, match="unknown scheduler 'ashaa'; allowed: paired_asha, race, asha, fifo"):
         make_scheduler("ashaa", metric="score/db", control="C", seeds=SEEDS, milestones=[10, 20])
+
+
+def test_plain_asha_and_fifo_stay_selectable() -> None:
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    asha = make_scheduler("asha", metric="score/db", control="C", seeds=SEEDS, milestones=[10, 20, 30, 40], eta=2.0,
+                          grace_fraction=0.4)
+    assert isinstance(asha, ASHAScheduler) and asha._time_attr == "step" and asha._max_t == 40
+    assert [rung for rung, _ in asha._brackets[0]._rungs][-1] == 20  # first rung at the first milestone >= 0.4 * 40
+    assert type(make_scheduler("fifo", metric="score/db", control="C", seeds=SEEDS, milestones=[10])) is FIFOScheduler
