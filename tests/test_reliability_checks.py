@@ -19,7 +19,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from reliability_helpers import TINY, free_port, tree_bytes
 from search_helpers import search_cfg
-from tune_dfrl.control_cache import ControlCache
+from tune_dfrl.control_cache import ControlCache, code_digest
 from tune_dfrl.pairing import INNER_METRIC, PairedRepeater
 from tune_dfrl.scheduler import make_scheduler
 from tune_dfrl.results import flat_result, milestone_record
@@ -187,11 +187,21 @@ def test_the_control_cache_holds_only_complete_controls(tmp_path: Path) -> None:
     assert cache.get(0) is None
     cache.put(0, [line(0, 2, False), line(0, 4, True)])
     cache.put(1, [line(1, 2, False)])  # an unfinished control: never served
-    assert cache.path(0) == tmp_path / "embedded" / "5eed5eed5eed" / "c0ffee000000" / "seed0.jsonl"
+    assert cache.path(0) == tmp_path / "embedded" / f"5eed5eed5eed-{code_digest()}" / "c0ffee000000" / "seed0.jsonl"
     assert [r["step"] for r in cache.get(0)] == [2, 4] and "attempt" not in cache.get(0)[0]
     assert cache.get(1) is None
     assert ControlCache(tmp_path, "embedded", "5eed5eed5eed", "c0ffee000000", milestones=[2, 4, 6]).get(0) is None
     assert sorted(p.name for p in cache.folder.iterdir()) == ["seed0.jsonl", "seed1.jsonl"]  # no temporary files left
+
+
+def test_the_control_cache_never_serves_results_of_other_training_code(tmp_path: Path, monkeypatch) -> None:
+    import tune_dfrl.control_cache as control_cache
+
+    assert control_cache.code_digest() == control_cache.code_digest() and len(control_cache.code_digest()) == 12
+    ControlCache(tmp_path, "embedded", "5eed5eed5eed", "c0ffee000000", milestones=[2]).put(0, [line(0, 2, True)])
+    assert ControlCache(tmp_path, "embedded", "5eed5eed5eed", "c0ffee000000", milestones=[2]).get(0) is not None
+    monkeypatch.setattr(control_cache, "code_digest", lambda: "0123456789ab")  # the trainers' source changed
+    assert ControlCache(tmp_path, "embedded", "5eed5eed5eed", "c0ffee000000", milestones=[2]).get(0) is None
 
 
 # ------------------------------------------------------------------------------------------ saved state

@@ -4,18 +4,22 @@ A control trial's milestones depend only on the backend, the recipe and the seed
 seed + recipe -> identical milestones, `Backend.run_trial`). Once a control seed finishes, its
 milestone records (the results.jsonl lines, `tune_dfrl.results`) are stored at
 
-    <root>/<backend>/<recipe hash>/<control arm id>/seed<k>.jsonl
+    <root>/<backend>/<recipe hash>-<code digest>/<control arm id>/seed<k>.jsonl
 
 written to a temporary file and renamed into place. A later search with the same recipe (any
 space whose control is the same arm) seeds its control cells with them: the trial function
 replays the stored milestones to Ray Tune instead of training (`tune_dfrl.trial`), so the paired
 scheduler, the searcher, results.jsonl, MLflow and the report see the control exactly as if it
 had been trained. Default root: `$TUNE_DFRL_CACHE/controls`, else `~/.cache/tune_dfrl/controls`.
+The code digest hashes the source of the trainers and the policy library, so results of an older
+version of the training code are never replayed as if the current code had produced them.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,21 @@ from tune_dfrl.results import read_records, write_records
 
 MILESTONE_FIELDS = ("arm_id", "label", "method", "params", "seed", "step", "final", "threads",
                     "accuracy", "length_chars", "format_failure", "aggregates", "train")
+
+
+@cache
+def code_digest() -> str:
+    """sha256 (12 hex) of every .py file of tune_dfrl.trainers and tune_dfrl.policies, in path order."""
+    import tune_dfrl.policies
+    import tune_dfrl.trainers
+
+    h = hashlib.sha256()
+    for package in (tune_dfrl.trainers, tune_dfrl.policies):
+        root = Path(package.__file__).parent
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:12]
 
 
 def default_cache_root() -> Path:
@@ -38,7 +57,7 @@ class ControlCache:
     """The cached milestones of one control arm under one recipe, per seed."""
 
     def __init__(self, root: Path, backend: str, recipe_hash: str, control_id: str, milestones: Sequence[int]) -> None:
-        self.folder = Path(root) / backend / recipe_hash / control_id
+        self.folder = Path(root) / backend / f"{recipe_hash}-{code_digest()}" / control_id
         self.milestones = [int(m) for m in milestones]
 
     def path(self, seed: int) -> Path:
