@@ -13,9 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
-# 4 GRPO steps, milestones at 2 and 4, 3 benchmarks, a small base model (the one test_search_e2e uses, cached by content).
+# 4 GRPO steps, milestones at 2 and 4, 2 benchmarks (logic, science), a small base model (cached by content).
 TINY = ("steps=4", "milestone_every=2", "backend.prompts_per_step=8", "backend.lr=0.001", "backend.base.steps=200",
-        "backend.eval_benchmarks=[math_add,logic_bool3,sci_mc3]")
+        "backend.eval_benchmarks=[logic_bool3,sci_mc3]")
 
 
 def free_port() -> int:
