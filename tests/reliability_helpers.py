@@ -13,9 +13,14 @@ import tempfile
 import time
 from pathlib import Path
 
-# 4 GRPO steps, milestones at 2 and 4, 2 benchmarks (logic, science), a small base model (cached by content).
+from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS
+
+# 4 GRPO steps, milestones at 2 and 4, the first benchmark of each domain, a small base model (cached by content).
+FIRST_OF_DOMAIN: dict[str, str] = {}
+for benchmark in BENCHMARKS:
+    FIRST_OF_DOMAIN.setdefault(benchmark.info().domain, benchmark.name)
 TINY = ("steps=4", "milestone_every=2", "backend.prompts_per_step=8", "backend.lr=0.001", "backend.base.steps=200",
-        "backend.eval_benchmarks=[logic_bool3,sci_mc3]")
+        f"backend.eval_benchmarks=[{','.join(FIRST_OF_DOMAIN.values())}]")
 
 
 def free_port() -> int:

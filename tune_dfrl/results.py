@@ -89,7 +89,7 @@ class ResultsLog(Callback):
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         arm, seed = trial.config["arm"], int(trial.config["seed"])
-        error = (trial.get_error() or "").strip()
+        error = Path(trial.error_file).read_text().strip() if trial.error_file and Path(trial.error_file).exists() else ""
         self._append(self.failures, {"arm_id": arm["arm_id"], "label": arm["label"], "seed": seed,
                                      "step": int((trial.last_result or {}).get("step", 0)),
                                      "failures": int(trial.num_failures), "error": error.splitlines()[-1] if error else "",
