@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import urllib.parse
@@ -89,7 +90,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
         assert tracking.poll() is None, (root / "mlflow-server.log").read_text()[-3000:]
         yield Services(root, f"127.0.0.1:{port}", ray_tmp, uri)
     finally:
-        stop(head, marker=str(ray_tmp))
+        stop(head, marker=str(ray_tmp), sig=signal.SIGKILL)  # a throwaway cluster: no 30 s drain
         stop(tracking)
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
