@@ -233,8 +233,6 @@ def calibrate(backend: Backend) -> None:
 
 def run_search(plan: Plan) -> dict[str, Any]:
     """Run a planned search to the end; returns the report summary (also in OUT/summary.json)."""
-    import tempfile
-
     import optuna
     import ray
     from ray import tune
@@ -298,10 +296,9 @@ def run_search(plan: Plan) -> dict[str, Any]:
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: no Ray Tune status tables
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")  # Ctrl-C interrupts at once; resume=true continues
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)  # results live in results.jsonl
-    staging = tempfile.TemporaryDirectory(prefix="tune_dfrl-package-")  # the project copy shipped to a running cluster
     started_ray = not ray.is_initialized()
     if started_ray:
-        connect_ray(plan.ray_address, plan.ray_num_cpus, Path(staging.name))
+        connect_ray(plan.ray_address, plan.ray_num_cpus)
     try:
         trainable = tune.with_resources(tune.with_parameters(run_cell, job=job), resources)
         tuner = tune.Tuner(
@@ -322,7 +319,6 @@ def run_search(plan: Plan) -> dict[str, Any]:
     finally:
         if started_ray:
             ray.shutdown()
-        staging.cleanup()
     return _report(plan, tracker, scheduler)
 
 

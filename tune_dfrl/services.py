@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import socket
+import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -96,12 +97,14 @@ def _location(module: str) -> str:
     return list(spec.submodule_search_locations)[0]
 
 
-def connect_ray(address: str | None, num_cpus: int | None, staging: Path) -> None:
-    """Start a private local cluster (address None), or attach to a running one and ship the project to it."""
+def connect_ray(address: str | None, num_cpus: int | None) -> None:
+    """Start a private local cluster (address None), or attach to a running one and ship the project to it
+    (`ray.init` uploads the package, so its staging copy is removed right after)."""
     import ray
 
     common: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
     if address is None:
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, object_store_memory=100 * 1024**2, **common)
         return
-    ray.init(address=address, runtime_env={"py_modules": [str(project_package(staging))]}, **common)
+    with tempfile.TemporaryDirectory(prefix="tune_dfrl-package-") as staging:
+        ray.init(address=address, runtime_env={"py_modules": [str(project_package(Path(staging)))]}, **common)
