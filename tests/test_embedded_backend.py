@@ -39,7 +39,7 @@ def test_backend_contract():
     [
         ({"stepz": 10}, r"unknown embedded recipe key\(s\) \['stepz'\]; allowed: steps, milestone_every"),
         ({"steps": 20, "milestone_every": 50}, r"'steps' \(20\) is smaller than 'milestone_every' \(50\)"),
-        ({"eval_benchmarks": ["math_add", "gsm8k"]}, r"unknown benchmark or domain name\(s\) \['gsm8k'\]"),
+        ({"eval_benchmarks": ["math_sum3", "gsm8k"]}, r"unknown benchmark or domain name\(s\) \['gsm8k'\]"),
         ({"eval_benchmarks": ["chemistry"]}, r"allowed domains: math, logic, science"),
         ({"rollout_n": 1}, r"'rollout_n' must be an integer >= 2"),
         ({"lr": 0}, r"'lr' must be > 0"),

@@ -20,9 +20,9 @@ def test_calibration_passes_on_every_shipped_benchmark():
 
 
 def test_calibration_fails_on_reference_answers_not_in_output_format():
-    items = get_benchmarks(["math_add"])[0].items()[:5]
+    items = get_benchmarks(["math_sum3"])[0].items()[:5]
     padded = [dataclasses.replace(i, answer="0" + i.answer) for i in items]  # leading zero: not canonical
-    result = calibrate({"math_add": items, "planted": padded})
+    result = calibrate({"math_sum3": items, "planted": padded})
     assert not result.ok
     assert len(result.failures) == 1 and result.failures[0].startswith("planted: 5/5 reference answers do not score 1")
 
@@ -51,13 +51,13 @@ def _pools_with(extra: list[Item]) -> dict[str, list[Item]]:
 
 
 def test_contamination_check_finds_planted_exact_normalised_and_near_copies():
-    add = get_benchmarks(["math_add"])[0].items()[0]
-    mc = get_benchmarks(["sci_not5"])[0].items()[0]
-    head, options = mc.prompt.split("? ")
-    words = [o[2:] for o in options.split(" ")]
-    shuffled = head + "? " + " ".join(f"{'abcde'[k]}){w}" for k, w in enumerate(words[1:] + words[:1]))
-    last = max(words)  # the last word of the normal form
-    near = mc.prompt.replace(last, last[:-1] + ("x" if last[-1] != "x" else "y"))
+    add = get_benchmarks(["math_sum3"])[0].items()[0]
+    mc = get_benchmarks(["sci_not4"])[0].items()[0]
+    words = re.findall(r"(\w+)\([a-e]\)", mc.prompt)
+    question = mc.prompt.rsplit(")", 1)[1].strip()
+    shuffled = " ".join(f"{w}({'abcde'[k]})" for k, w in enumerate(words[1:] + words[:1])) + " " + question
+    last = max(words)  # the last word of the normal form: change its last letter
+    near = mc.prompt.replace(f"{last}(", f"{last[:-1]}{'x' if last[-1] != 'x' else 'y'}(")
 
     result = contamination_check(pools=_pools_with([add]))
     assert (result.exact, result.near) == (1, 0) and not result.ok

@@ -11,15 +11,13 @@ from tune_dfrl.trainers.embedded.tasks import DOMAINS, KINDS, Item, make_item, p
 
 # (kind, prompt, reference, correct variants, wrong but well-formed, malformed)
 HAND_MADE = [
-    ("add", "47+18=", "65", ["65"], ["64", "66", "0"], ["065", "65 ", " 65", "6 5", "-65", "65.0", "", "sixty"]),
-    ("sub", "47-18=", "29", ["29"], ["30", "65"], ["29=", "+29", "2 9"]),
-    ("chain", "47+8-3=", "52", ["52"], ["58"], ["052", "52\n"]),
-    ("mul", "147*8=", "1176", ["1176"], ["1177"], ["1,176", "1176?"]),
+    ("sum3", "3+4+2=", "9", ["9"], ["8", "10", "0"], ["09", "9 ", " 9", "+9", "9.0", "", "nine", "-0"]),
+    ("mix5", "9+3-4-4-7=", "-3", ["-3"], ["-2", "3", "0"], ["- 3", "--3", "-03", "3-", "(-3)"]),
     ("bool3", "t&~f|f=", "t", ["t"], ["f"], ["T", "true", "tt", " t", "1"]),
-    ("order", "c>a,a>d,d>b top?", "c", ["c"], ["a", "b", "d", "e"], ["C", "c,a", "", "1"]),
+    ("order", "a>d,c>a top?", "c", ["c"], ["a", "d", "e"], ["C", "c,a", "", "1"]),
     ("knights", "a:b- b:a+&b+=", "kn", ["kn"], ["nk", "kk", "nn"], ["k", "knn", "k n", "KN", "ab"]),
-    ("mc3", "mammal? a)robin b)lizard c)seal", "c", ["c"], ["a", "b"], ["d", "e", "C", "c)", "seal", ""]),
-    ("mc5not", "not bird? a)horse b)hawk c)wren d)swan e)duck", "a", ["a"], ["b", "e"], ["f", "a)", "horse"]),
+    ("mc3", "owl(a) tin(b) pig(c) mammal?", "c", ["c"], ["a", "b"], ["d", "e", "C", "(c)", "pig", ""]),
+    ("mc4not", "hen(a) owl(b) cat(c) jay(d) not bird?", "c", ["c"], ["b", "d"], ["e", "c)", "cat"]),
 ]
 
 
@@ -90,7 +88,7 @@ def test_training_pools_cover_every_kind_of_each_domain():
 
 
 def test_benchmark_and_domain_names_are_checked():
-    assert [b.name for b in get_benchmarks(["science"])] == ["sci_mc3", "sci_mc4", "sci_not5"]
+    assert [b.name for b in get_benchmarks(["science"])] == ["sci_mc3", "sci_mc4", "sci_not4"]
     with pytest.raises(ValueError, match=r"unknown benchmark or domain name\(s\) \['maths'\].*allowed domains: math"):
         get_benchmarks(["maths"])
     with pytest.raises(ValueError, match="empty"):
@@ -98,9 +96,9 @@ def test_benchmark_and_domain_names_are_checked():
 
 
 def test_normal_form_and_jaccard():
-    a = "mammal? a)robin b)lizard c)seal"
-    shuffled = "mammal? a)seal b)robin c)lizard"
-    assert normal_form(a) == normal_form(shuffled) == "mammal? lizard robin seal"
+    a = "owl(a) tin(b) pig(c) mammal?"
+    shuffled = "pig(a)  owl(b) tin(c) mammal?"
+    assert normal_form(a) == normal_form(shuffled) == "mammal? owl pig tin"
     assert normal_form("  47+18= ") == "47+18="
     assert ngrams("47+18=") == {"47+18="}  # shorter than n: one gram
     assert len(ngrams("x" * 12 + "yz")) == 2

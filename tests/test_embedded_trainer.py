@@ -34,7 +34,7 @@ def recipe(embedded_cache: Path) -> dict:
         "prompts_per_step": 6,
         "base": TEST_BASE,
         "cache_dir": str(embedded_cache),
-        "eval_benchmarks": ["math_add", "logic_bool3", "sci_mc3"],
+        "eval_benchmarks": ["math_sum3", "logic_bool3", "sci_mc3"],
         "num_threads": 1,
     }
 
@@ -100,7 +100,7 @@ def test_same_arm_and_seed_give_identical_milestones(recipe, tmp_path):
     assert [m.flat() for m in first] == [m.flat() for m in again]
     assert [m.train for m in first] != [m.train for m in other]
     m = first[-1]
-    assert set(m.accuracy) == {"math_add", "logic_bool3", "sci_mc3"}
+    assert set(m.accuracy) == {"math_sum3", "logic_bool3", "sci_mc3"}
     assert set(m.aggregates) == {"db", "macro", "item", "efficiency"}
     assert m.aggregates["db"] == pytest.approx(np.mean(list(m.accuracy.values())))  # one benchmark per domain
     for key in ("reward/mean", "policy/kept_fraction", "policy/kept_token_fraction", "policy/weight_std", "kl", "loss",

@@ -1,13 +1,14 @@
 """The base model: a deterministic supervised warm-up on the task formats, cached on disk.
 
-Warm-up: `steps` AdamW steps of token-mean cross-entropy on answer+eos given the prompt, batches
+Warm-up: `steps` Adam steps of token-mean cross-entropy on answer+eos given the prompt, batches
 drawn domain-balanced from the training pools. Items of level >= `mistake_level` get the
 kind's systematic mistake (tasks.py) as target with probability `mistake_rate` per
 presentation, so the base model puts most of its mass on a wrong but well-formed answer while
 keeping the right one in reach: headroom that sampling can find and RL can learn.
 
 Cache: `<cache_dir>/base-<key>/` is a Hugging Face model directory (model + tokenizer) plus
-`recipe.json`; key = hash of the recipe, the data (pools and benchmarks) and FORMAT_VERSION.
+`recipe.json`; key = hash of the recipe, the data (pools and benchmarks), the tokenizer alphabet
+and FORMAT_VERSION (bump it when the warm-up code changes).
 It is built once under a file lock, in a temporary directory renamed into place.
 """
 
@@ -30,7 +31,7 @@ from rich.progress import Progress
 from transformers import Qwen2ForCausalLM
 
 from .benchmarks import BENCHMARKS, training_pools
-from .model import PAD_ID, EncodedItems, ModelShape, build_tokenizer, encode_items, new_model, save_model
+from .model import ALPHABET, PAD_ID, EncodedItems, ModelShape, build_tokenizer, encode_items, new_model, save_model
 from .rollout import response_log_probs
 from .tasks import DOMAINS, KINDS
 
@@ -42,13 +43,15 @@ class BaseRecipe:
     """Everything that determines the base model (its cache key derives from it)."""
 
     shape: ModelShape = field(default_factory=ModelShape)
-    steps: int = 1500
-    batch_size: int = 64
+    steps: int = 4000
+    batch_size: int = 32
     lr: float = 3e-3
-    warmup_steps: int = 50
+    warmup_steps: int = 100
+    domain_weights: tuple[float, ...] = (0.4, 0.3, 0.3)  # share of steps per domain (math, logic, science)
     mistake_level: int = 2
     mistake_rate: float = 0.6
     seed: int = 0
+    threads: int = 1  # torch threads while building: fixed, so the result does not depend on the machine's cores
 
     @classmethod
     def from_dict(cls, values: dict) -> BaseRecipe:
@@ -57,6 +60,8 @@ class BaseRecipe:
         if unknown:
             raise ValueError(f"unknown base-model recipe key(s) {unknown}; allowed: {', '.join(sorted(allowed))}")
         values = dict(values)
+        if "domain_weights" in values:
+            values["domain_weights"] = tuple(values["domain_weights"])
         if isinstance(values.get("shape"), dict):
             shape_keys = set(ModelShape.__dataclass_fields__)
             bad = sorted(set(values["shape"]) - shape_keys)
@@ -83,7 +88,9 @@ def data_digest() -> str:
 
 
 def cache_key(recipe: BaseRecipe) -> str:
-    blob = json.dumps({"recipe": asdict(recipe), "data": data_digest(), "format": FORMAT_VERSION}, sort_keys=True)
+    blob = json.dumps(
+        {"recipe": asdict(recipe), "data": data_digest(), "alphabet": ALPHABET, "format": FORMAT_VERSION}, sort_keys=True
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -105,7 +112,16 @@ def ensure_base_model(recipe: BaseRecipe, cache_dir: Path | None = None) -> Path
 
 
 def build_base_model(recipe: BaseRecipe, out_dir: Path) -> None:
-    """Run the warm-up and save model + tokenizer to `out_dir`."""
+    """Run the warm-up with `recipe.threads` torch threads and save model + tokenizer to `out_dir`."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(recipe.threads)
+    try:
+        _warm_up(recipe, out_dir)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _warm_up(recipe: BaseRecipe, out_dir: Path) -> None:
     tokenizer = build_tokenizer()
     torch_gen = torch.Generator().manual_seed(recipe.seed)
     rng = np.random.default_rng(recipe.seed)
@@ -117,13 +133,13 @@ def build_base_model(recipe: BaseRecipe, out_dir: Path) -> None:
     corruptible = torch.tensor([KINDS[i.kind].level >= recipe.mistake_level for i in items])
     truth = encode_items(tokenizer, [i.prompt for i in items], [i.answer for i in items])
     wrong = encode_items(tokenizer, [i.prompt for i in items], [KINDS[i.kind].mistake(i) for i in items])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=recipe.lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _warmup_cosine(s, recipe.warmup_steps, recipe.steps))
     model.train()
     with Progress(transient=True) as progress:
         task = progress.add_task(f"building base model {out_dir.name}", total=recipe.steps)
-        for step in range(recipe.steps):
-            d = step % len(DOMAINS)  # one domain per batch (little padding), domains in turn
+        weights = np.asarray(recipe.domain_weights) / sum(recipe.domain_weights)
+        for d in rng.choice(len(DOMAINS), size=recipe.steps, p=weights):  # one domain per batch: little padding
             index = torch.from_numpy(offsets[d] + rng.integers(sizes[d], size=recipe.batch_size))
             use_wrong = corruptible[index] & torch.from_numpy(rng.random(recipe.batch_size) < recipe.mistake_rate)
             loss = _answer_loss(model, truth, wrong, index, use_wrong)

@@ -21,7 +21,8 @@ from .tasks import DOMAINS, KINDS, Item, make_item
 
 EVAL_SEED = 20_240_601
 POOL_SEED = 20_240_602
-POOL_PER_KIND = 400
+POOL_PER_KIND = 1500
+MIN_POOL_PER_KIND = 500
 
 
 @dataclass(frozen=True)
@@ -48,18 +49,18 @@ class Benchmark:
 
 
 BENCHMARKS: tuple[Benchmark, ...] = (
-    Benchmark("math_add", "add", 200),
-    Benchmark("math_sub", "sub", 200),
-    Benchmark("math_add2", "add2", 250),
-    Benchmark("math_chain", "chain", 250),
-    Benchmark("math_mul", "mul", 120),
+    Benchmark("math_sum3", "sum3", 200),
+    Benchmark("math_mix3", "mix3", 250),
+    Benchmark("math_sum5", "sum5", 250),
+    Benchmark("math_mix5", "mix5", 250),
+    Benchmark("math_mix7", "mix7", 150),
     Benchmark("logic_bool3", "bool3", 300),
     Benchmark("logic_bool5", "bool5", 200),
     Benchmark("logic_order", "order", 250),
     Benchmark("logic_knights", "knights", 150),
     Benchmark("sci_mc3", "mc3", 300),
     Benchmark("sci_mc4", "mc4", 250),
-    Benchmark("sci_not5", "mc5not", 150),
+    Benchmark("sci_not4", "mc4not", 150),
 )
 BENCHMARK_NAMES: tuple[str, ...] = tuple(b.name for b in BENCHMARKS)
 
@@ -78,19 +79,24 @@ def get_benchmarks(names: list[str] | tuple[str, ...] | None = None) -> list[Ben
     return [b for b in BENCHMARKS if b.name in names or b.domain in names]
 
 
-def draw_unique(kind: str, count: int, rng: np.random.Generator, exclude: set[str] = frozenset()) -> list[Item]:
-    """`count` items of `kind` with distinct normal forms, none of them in `exclude`."""
+def draw_unique(
+    kind: str, count: int, rng: np.random.Generator, exclude: set[str] = frozenset(), at_least: int | None = None
+) -> list[Item]:
+    """Up to `count` items of `kind` with distinct normal forms, none in `exclude` (at most 10
+    draws per item asked for); fewer than `at_least` (default `count`) is an error naming the kind."""
     seen = set(exclude)
     items: list[Item] = []
-    for _ in range(50 * count):
+    for _ in range(10 * count):
         item = make_item(kind, rng)
         key = normal_form(item.prompt)
         if key not in seen:
             seen.add(key)
             items.append(item)
             if len(items) == count:
-                return items
-    raise RuntimeError(f"task kind '{kind}' yielded only {len(items)} distinct items of the {count} asked for")
+                break
+    if len(items) < (count if at_least is None else at_least):
+        raise RuntimeError(f"task kind '{kind}' yielded only {len(items)} distinct items of the {count} asked for")
+    return items
 
 
 @cache
@@ -100,23 +106,29 @@ def _benchmark_items(benchmark: Benchmark) -> tuple[Item, ...]:
 
 
 @cache
-def training_pools(per_kind: int = POOL_PER_KIND) -> dict[str, tuple[Item, ...]]:
-    """Per-domain training prompts: `per_kind` clean items of every kind of the domain.
+def training_pools() -> dict[str, tuple[Item, ...]]:
+    """Per-domain training prompts (warm-up and GRPO): up to POOL_PER_KIND clean items of every
+    kind of the domain, at least MIN_POOL_PER_KIND.
 
     Candidates come from their own seed stream; exact (normal-form) matches of any evaluation
     item are never drawn, and candidates above the Jaccard threshold are dropped.
     """
     eval_prompts = [i.prompt for b in BENCHMARKS for i in b.items()]
     eval_forms = {normal_form(p) for p in eval_prompts}
+    candidates = [
+        draw_unique(kind, POOL_PER_KIND, np.random.default_rng([POOL_SEED, index]), eval_forms, MIN_POOL_PER_KIND)
+        for index, kind in enumerate(KINDS)
+    ]
+    jaccard, _ = max_jaccard([c.prompt for items in candidates for c in items], eval_prompts)
+    clean = jaccard <= JACCARD_THRESHOLD
     pools: dict[str, list[Item]] = {d: [] for d in DOMAINS}
-    for index, kind in enumerate(KINDS):
-        rng = np.random.default_rng([POOL_SEED, index])
-        candidates = draw_unique(kind, per_kind * 3 // 2, rng, exclude=eval_forms)
-        jaccard, _ = max_jaccard([c.prompt for c in candidates], eval_prompts)
-        clean = [c for c, j in zip(candidates, jaccard) if j <= JACCARD_THRESHOLD]
-        if len(clean) < per_kind:
-            raise RuntimeError(f"task kind '{kind}': only {len(clean)} uncontaminated training items, need {per_kind}")
-        pools[KINDS[kind].domain].extend(clean[:per_kind])
+    start = 0
+    for kind, items in zip(KINDS, candidates):
+        kept = [c for c, ok in zip(items, clean[start : start + len(items)]) if ok]
+        start += len(items)
+        if len(kept) < MIN_POOL_PER_KIND:
+            raise RuntimeError(f"task kind '{kind}': only {len(kept)} uncontaminated training items, need {MIN_POOL_PER_KIND}")
+        pools[KINDS[kind].domain].extend(kept)
     return {d: tuple(items) for d, items in pools.items()}
 
 

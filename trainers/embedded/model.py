@@ -11,7 +11,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 PAD_ID, EOS_ID = 0, 1
-ALPHABET = " abcdefghijklmnopqrstuvwxyz0123456789+-*=?:>,&|~)"
+ALPHABET = " abcdefghijklmnopqrstuvwxyz0123456789+-*=?:>,&|~()"
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:

@@ -19,17 +19,17 @@ from scipy import sparse
 NGRAM = 13
 JACCARD_THRESHOLD = 0.5
 
-_OPTION = re.compile(r"\s*[a-e]\)(\w+)")
+_OPTION = re.compile(r"([a-z]+)\([a-e]\) ")
 
 
 def normal_form(prompt: str) -> str:
-    """Lower-cased, whitespace-collapsed prompt; multiple-choice options sorted and unlettered,
-    so that a copy with shuffled options has the same normal form."""
+    """Lower-cased, whitespace-collapsed prompt; multiple-choice options sorted and unlettered
+    (question first), so that a copy with shuffled options has the same normal form."""
     text = " ".join(prompt.lower().split())
-    head, sep, tail = text.partition("? ")
-    options = _OPTION.findall(tail)
-    if sep and options and _OPTION.sub("", tail) == "":
-        return head + sep + " ".join(sorted(options))
+    options = _OPTION.findall(text + " ")
+    question = _OPTION.sub("", text + " ").strip()
+    if options and text.endswith("?") and " " not in question.removeprefix("not "):
+        return question + " " + " ".join(sorted(options))
     return text
 
 

@@ -22,7 +22,7 @@ class EmbeddedRecipe:
     lr: float = 1e-4
     kl_coef: float = 1e-3
     clip_ratio: float = 0.2
-    max_new_tokens: int = 8
+    max_new_tokens: int = 6
     temperature: float = 1.0
     eval_benchmarks: tuple[str, ...] = BENCHMARK_NAMES
     base: BaseRecipe = field(default_factory=BaseRecipe)

@@ -8,20 +8,19 @@ canonical strings and the verifier is an exact match of the parsed answer with t
 
 Domains and kinds (level 1 = easy .. 3 = hard):
 
-- math:    `add` 47+18=, `sub` 47-18=, `add2` 47+38=, `chain` 47+8-3=, `mul` 147*8= (left to right;
-           templates never mix * with + or -).  Answers are non-negative integers.
+- math:    single digits joined by + (`sum3`, `sum5`) or by + and - (`mix3`, `mix5`, `mix7`), e.g.
+           `mix5` 9+3-4-4-7= -> -3.  Answers are integers (no leading zeros, no "-0").
 - logic:   `bool3` / `bool5` boolean evaluation with 3 / 5 binary operators (~ before & before |),
-           answers t / f;  `order` ordering deduction over a shuffled chain of 4 people
-           ("c>a,a>d,d>b top?" -> c);  `knights` two-person knights-and-knaves puzzles with a
+           answers t / f;  `order` ordering deduction over a shuffled chain of 3 people
+           ("a>d,c>a top?" -> c);  `knights` two-person knights-and-knaves puzzles with a
            unique solution ("a:b- b:a+&b+=" -> kn: a knight, b knave; `x+` says x is a knight).
 - science: multiple choice over a small taxonomy, options shuffled, answer a letter:
-           `mc3` / `mc4` "which is a <category>" with 3 / 4 options, `mc5not` "which is not a
-           <category>" with 5 options.
+           `mc3` / `mc4` "which is a <category>" with 3 / 4 options ("owl(a) oak(b) pig(c) mammal?"
+           -> c), `mc4not` "which is not a <category>" with 4 options.
 """
 
 from __future__ import annotations
 
-import operator
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -59,20 +58,17 @@ class TaskKind:
 
 # ----------------------------------------------------------------------------- math
 
-_INTEGER = re.compile(r"0|[1-9][0-9]*")
-_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+_INTEGER = re.compile(r"0|-?[1-9][0-9]*")
 
 
-def _arithmetic(*terms: tuple[str, int, int]) -> Generator:
-    """Generator of `a op b op c =` with operand i uniform in [low_i, high_i], evaluated left to right."""
+def _digits(count: int, ops: str) -> Generator:
+    """Generator of `3+4-2+7=`: `count` single digits joined by operators drawn from `ops`."""
 
     def generate(rng: np.random.Generator) -> tuple[str, str]:
-        values = [int(rng.integers(low, high + 1)) for _, low, high in terms]
-        prompt = "".join(f"{op}{v}" for (op, _, _), v in zip(terms, values)) + "="
-        total = values[0]
-        for (op, _, _), v in zip(terms[1:], values[1:]):
-            total = _OPS[op](total, v)
-        return prompt, str(total)
+        digits = rng.integers(0, 10, size=count)
+        signs = rng.choice(list(ops), size=count - 1)
+        total = int(digits[0]) + sum(int(d) if op == "+" else -int(d) for op, d in zip(signs, digits[1:]))
+        return str(digits[0]) + "".join(f"{op}{d}" for op, d in zip(signs, digits[1:])) + "=", str(total)
 
     return generate
 
@@ -167,32 +163,33 @@ def _roles_swapped(item: Item) -> str:
 # ----------------------------------------------------------------------------- science
 
 TAXONOMY: dict[str, tuple[str, ...]] = {
-    "mammal": ("whale", "bat", "dog", "cow", "horse", "mouse", "lion", "seal", "goat", "bear"),
-    "bird": ("eagle", "owl", "crow", "duck", "hawk", "swan", "robin", "goose", "wren"),
-    "fish": ("shark", "trout", "salmon", "cod", "tuna", "eel", "carp", "pike"),
-    "reptile": ("snake", "lizard", "turtle", "gecko", "iguana", "cobra", "viper"),
-    "insect": ("ant", "bee", "wasp", "moth", "beetle", "fly", "flea"),
-    "metal": ("iron", "copper", "gold", "zinc", "tin", "lead", "silver", "nickel"),
-    "gas": ("oxygen", "helium", "neon", "argon", "nitrogen", "hydrogen", "radon"),
-    "planet": ("mars", "venus", "earth", "saturn", "jupiter", "mercury", "uranus", "neptune"),
+    "mammal": ("cow", "bat", "dog", "pig", "cat", "fox"),
+    "bird": ("owl", "hen", "emu", "jay", "crow", "duck"),
+    "fish": ("cod", "eel", "ray", "koi", "tuna", "carp"),
+    "insect": ("ant", "bee", "fly", "moth", "wasp", "flea"),
+    "tree": ("oak", "ash", "elm", "fir", "yew", "pine"),
 }
 _CATEGORIES = tuple(TAXONOMY)
+_OUTSIDE = {c: tuple(m for other in _CATEGORIES if other != c for m in TAXONOMY[other]) for c in _CATEGORIES}
 LETTERS = "abcde"
 
 
 def _choice(num_options: int, negated: bool) -> Generator:
-    """Generator of `[not ]<category>? a)x b)y ...`: exactly one option is (not) in the category."""
+    """Generator of `x(a) y(b) ... [not ]<category>?`: exactly one option is (not) in the category.
+
+    Each option's letter follows it, and the question comes last, so the answer position reads
+    the question and each letter token reads its own option.
+    """
 
     def generate(rng: np.random.Generator) -> tuple[str, str]:
         category = _CATEGORIES[int(rng.integers(len(_CATEGORIES)))]
-        members = list(TAXONOMY[category])
-        others = [m for c in _CATEGORIES if c != category for m in TAXONOMY[c]]
-        inside, outside = (members, others) if not negated else (others, members)
+        inside, outside = (TAXONOMY[category], _OUTSIDE[category])[:: -1 if negated else 1]
         key = str(rng.choice(inside))
         distractors = [str(d) for d in rng.choice(outside, size=num_options - 1, replace=False)]
         options = [key, *distractors]
         options = [options[i] for i in rng.permutation(num_options)]
-        prompt = ("not " if negated else "") + category + "? " + " ".join(f"{LETTERS[i]}){o}" for i, o in enumerate(options))
+        question = ("not " if negated else "") + category + "?"
+        prompt = " ".join(f"{o}({LETTERS[i]})" for i, o in enumerate(options)) + " " + question
         return prompt, LETTERS[options.index(key)]
 
     return generate
@@ -216,18 +213,18 @@ def _letters_offered(prompt: str) -> re.Pattern[str]:
 KINDS: dict[str, TaskKind] = {
     k.name: k
     for k in (
-        TaskKind("add", "math", 1, _arithmetic(("", 10, 99), ("+", 1, 19)), _fixed(_INTEGER.pattern), _off_by_one),
-        TaskKind("sub", "math", 1, _arithmetic(("", 20, 99), ("-", 1, 19)), _fixed(_INTEGER.pattern), _off_by_one),
-        TaskKind("add2", "math", 2, _arithmetic(("", 10, 99), ("+", 10, 99)), _fixed(_INTEGER.pattern), _off_by_one),
-        TaskKind("chain", "math", 2, _arithmetic(("", 10, 99), ("+", 1, 9), ("-", 1, 9)), _fixed(_INTEGER.pattern), _off_by_one),
-        TaskKind("mul", "math", 3, _arithmetic(("", 10, 199), ("*", 2, 9)), _fixed(_INTEGER.pattern), _off_by_one),
+        TaskKind("sum3", "math", 1, _digits(3, "+"), _fixed(_INTEGER.pattern), _off_by_one),
+        TaskKind("mix3", "math", 1, _digits(3, "+-"), _fixed(_INTEGER.pattern), _off_by_one),
+        TaskKind("sum5", "math", 2, _digits(5, "+"), _fixed(_INTEGER.pattern), _off_by_one),
+        TaskKind("mix5", "math", 2, _digits(5, "+-"), _fixed(_INTEGER.pattern), _off_by_one),
+        TaskKind("mix7", "math", 3, _digits(7, "+-"), _fixed(_INTEGER.pattern), _off_by_one),
         TaskKind("bool3", "logic", 1, _boolean(3), _fixed("[tf]"), _negated),
         TaskKind("bool5", "logic", 2, _boolean(5), _fixed("[tf]"), _negated),
-        TaskKind("order", "logic", 2, _order(4), _fixed(f"[{_PEOPLE}]"), _other_end),
+        TaskKind("order", "logic", 2, _order(3), _fixed(f"[{_PEOPLE}]"), _other_end),
         TaskKind("knights", "logic", 3, _knights, _fixed("[kn]{2}"), _roles_swapped),
         TaskKind("mc3", "science", 1, _choice(3, negated=False), _letters_offered, _next_letter),
         TaskKind("mc4", "science", 2, _choice(4, negated=False), _letters_offered, _next_letter),
-        TaskKind("mc5not", "science", 3, _choice(5, negated=True), _letters_offered, _next_letter),
+        TaskKind("mc4not", "science", 3, _choice(4, negated=True), _letters_offered, _next_letter),
     )
 }
 

@@ -2,7 +2,7 @@
 
 Per step t:
  1. proportions p_t (the arm's mixer, or static uniform) -> DomainSampler draws P prompts;
- 2. n sampled rollouts per prompt; reward 1 iff the response is exactly answer + eos
+ 2. n sampled rollouts per prompt (the prompt encoded once, its KV cache repeated); reward 1 iff the response is exactly answer + eos
     (the verifier, vectorised: the parsers accept canonical answers only);
  3. log-probs of the policy (with grad) and of the frozen base model (reference);
     old log-probs = current ones detached (one update per rollout batch);
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from tune_dfrl.backend import ArmSpec
-from tune_dfrl.policies import DomainSampler, Mixer, Policy, RolloutBatch, make_mixer, make_policy, resolve
+from tune_dfrl.policies import DomainSampler, Mixer, Policy, RolloutBatch, SamplerDraw, make_mixer, make_policy, resolve
 
 from .benchmarks import training_pools
 from .grpo import GRPOObjective
@@ -76,19 +76,18 @@ class GRPOTrainer:
         r, n, t = self.recipe, self.recipe.rollout_n, self.steps_done
         proportions = self.arm.mixer.proportions(t)
         draw = self.sampler.draw(proportions, r.prompts_per_step)
-        prompts = self._prompts(draw.domain, draw.index)
-        rows = torch.arange(len(draw.domain)).repeat_interleave(n)
-        prompt_ids, prompt_mask, targets = prompts.prompt_ids[rows], prompts.prompt_mask[rows], prompts.targets[rows]
+        prompts = self.prompt_batch(draw)
+        ids, prompt_mask = prompts.prompt_ids, prompts.prompt_mask
 
         self.model.eval()
-        responses, mask = generate(self.model, prompt_ids, prompt_mask, r.max_new_tokens, r.temperature, self.generator)
-        rewards = exact_match(responses, targets)
+        responses, mask = generate(self.model, ids, prompt_mask, r.max_new_tokens, r.temperature, self.generator, n)
+        rewards = exact_match(responses, prompts.targets.repeat_interleave(n, dim=0))
 
         self.model.train()
-        log_probs = response_log_probs(self.model, prompt_ids, prompt_mask, responses, mask, r.temperature)
+        log_probs = response_log_probs(self.model, ids, prompt_mask, responses, mask, r.temperature, n)
         with torch.no_grad():
-            ref_log_probs = response_log_probs(self.reference, prompt_ids, prompt_mask, responses, mask, r.temperature)
-        groups = rows.numpy() + t * r.prompts_per_step
+            ref_log_probs = response_log_probs(self.reference, ids, prompt_mask, responses, mask, r.temperature, n)
+        groups = np.arange(len(draw.domain)).repeat(n) + t * r.prompts_per_step
         domain = torch.from_numpy(draw.domain).repeat_interleave(n)
         advantages = self.objective.advantages(rewards, mask, groups)
         batch = RolloutBatch(torch.from_numpy(groups), domain, rewards, advantages, mask, log_probs.detach())
@@ -103,9 +102,9 @@ class GRPOTrainer:
         self.steps_done += 1
         return {**metrics, **self._step_metrics(batch, result.diagnostics, proportions, draw.counts)}
 
-    def _prompts(self, domain: np.ndarray, index: np.ndarray) -> EncodedItems:
-        """The drawn prompts of all domains as one left-padded batch."""
-        parts = [self.pools[d].select(torch.from_numpy(index[domain == d])) for d in np.unique(domain)]
+    def prompt_batch(self, draw: SamplerDraw) -> EncodedItems:
+        """The drawn prompts as one left-padded batch, in the draw's (domain-sorted) order."""
+        parts = [self.pools[d].select(torch.from_numpy(draw.index[draw.domain == d])) for d in np.unique(draw.domain)]
         width = max(p.prompt_ids.shape[1] for p in parts)
         answer_width = max(p.targets.shape[1] for p in parts)
         return EncodedItems(
