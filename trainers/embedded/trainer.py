@@ -146,7 +146,7 @@ class GRPOTrainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))  # torch keeps the given tensors
         self.generator.set_state(state["generator"])
         self.sampler.load_state_dict(state["sampler"])
         self.arm.mixer.load_state_dict(state["mixer"])
