@@ -30,8 +30,9 @@ def train_seed(seed: int, recipe: dict) -> float:
     from tune_dfrl.trainers.embedded import EmbeddedBackend
 
     milestones = []
+    arm = ArmSpec("baseline", {}, "baseline", "uniform GRPO")
     with tempfile.TemporaryDirectory() as ckpt:
-        EmbeddedBackend().run_trial(ArmSpec("baseline", {}, "baseline", "uniform GRPO"), seed, recipe, milestones.append, Path(ckpt))
+        EmbeddedBackend().run_trial(arm, seed, recipe, milestones.append, Path(ckpt))
     return milestones[-1].aggregates["db"]
 
 
@@ -55,7 +56,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=6)
     parser.add_argument("--workers", type=int, default=2, help="trials in parallel, 1 thread each")
     parser.add_argument("--steps", type=int, default=None, help="override the default step budget")
-    parser.add_argument("--cache-dir", default=None, help="base-model cache (default: $TUNE_DFRL_CACHE or ~/.cache/tune_dfrl)")
+    parser.add_argument("--cache-dir", default=None, help="base-model cache (default: $TUNE_DFRL_CACHE, ~/.cache/tune_dfrl)")
     args = parser.parse_args()
     recipe: dict = {"num_threads": 1}
     if args.steps is not None:
@@ -72,7 +73,8 @@ def main() -> None:
     for seed, score in enumerate(trained):
         print(f"seed {seed}: trained db {score:.2f}  delta {score - base:+.2f}")
     mean = float(deltas.mean())
-    print(f"uniform GRPO vs base over {len(deltas)} seeds: delta {mean:+.2f} points, 95% CI [{mean - half:+.2f}, {mean + half:+.2f}]")
+    print(f"uniform GRPO vs base over {len(deltas)} seeds: delta {mean:+.2f} points, "
+          f"95% CI [{mean - half:+.2f}, {mean + half:+.2f}]")
     print(json.dumps({
         "seeds": len(deltas),
         "base_db": round(base, 3),

@@ -59,7 +59,8 @@ def main() -> None:
             trainer.step()
             step_s.append(time.perf_counter() - start)
         step_ms = 1000 * float(np.median(step_s))
-        print(f"GRPO step ({r.prompts_per_step} prompts x {r.rollout_n} rollouts): median {step_ms:.1f} ms over {args.steps} steps")
+        batch = f"{r.prompts_per_step} prompts x {r.rollout_n} rollouts"
+        print(f"GRPO step ({batch}): median {step_ms:.1f} ms over {args.steps} steps")
 
         rollout_tokens_per_s = _rollout_rate(trainer, r)
         print(f"rollout: {rollout_tokens_per_s:.0f} response tokens/s")
@@ -91,9 +92,10 @@ def _rollout_rate(trainer: GRPOTrainer, r: EmbeddedRecipe, repeats: int = 10) ->
     for _ in range(repeats):
         draw = trainer.sampler.draw(np.full(3, 1 / 3), r.prompts_per_step)
         prompts = trainer.prompt_batch(draw)
-        rows = torch.arange(len(draw.domain)).repeat_interleave(r.rollout_n)
         start = time.perf_counter()
-        _, mask = generate(trainer.model, prompts.prompt_ids[rows], prompts.prompt_mask[rows], r.max_new_tokens, r.temperature, generator)
+        _, mask = generate(
+            trainer.model, prompts.prompt_ids, prompts.prompt_mask, r.max_new_tokens, r.temperature, generator, r.rollout_n
+        )
         seconds += time.perf_counter() - start
         tokens += float(mask.sum())
     return tokens / seconds

@@ -13,10 +13,10 @@ from tune_dfrl.backend import ArmSpec, Milestone
 from tune_dfrl.policies import largest_remainder
 from tune_dfrl.trainers.embedded.backend import EmbeddedBackend
 from tune_dfrl.trainers.embedded.base import BaseRecipe, ensure_base_model
-from tune_dfrl.trainers.embedded.benchmarks import training_pools
+from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS, training_pools
 from tune_dfrl.trainers.embedded.evaluate import score_responses
 from tune_dfrl.trainers.embedded.grpo import KL_TYPE, LOSS_AGG_MODE, GRPOObjective
-from tune_dfrl.trainers.embedded.model import decode_responses, encode_items, load_model
+from tune_dfrl.trainers.embedded.model import EOS, decode_responses, encode_items, load_model
 from tune_dfrl.trainers.embedded.recipe import EmbeddedRecipe
 from tune_dfrl.trainers.embedded.rollout import generate, response_log_probs
 from tune_dfrl.trainers.embedded.trainer import GRPOTrainer, exact_match
@@ -56,6 +56,18 @@ def _sampled(base_dir: Path, count: int = 60, seed: int = 0):
     enc = encode_items(tokenizer, [i.prompt for i in items], [i.answer for i in items])
     responses, mask = generate(model, enc.prompt_ids, enc.prompt_mask, 8, 1.5, torch.Generator().manual_seed(seed))
     return model, tokenizer, items, enc, responses, mask
+
+
+def test_fast_encoding_equals_the_hf_tokenizer(base_dir):
+    """encode_items (a table lookup) gives exactly the saved tokenizer's ids, padding and masks."""
+    _, tokenizer = load_model(base_dir)
+    items = [i for b in BENCHMARKS for i in b.items()]
+    fast = encode_items(tokenizer, [i.prompt for i in items], [i.answer for i in items])
+    hf = tokenizer([i.prompt for i in items], padding=True, return_tensors="pt", add_special_tokens=False)
+    targets = tokenizer([i.answer + EOS for i in items], add_special_tokens=False)["input_ids"]
+    width = max(len(t) for t in targets)
+    assert torch.equal(fast.prompt_ids, hf["input_ids"]) and torch.equal(fast.prompt_mask, hf["attention_mask"])
+    assert fast.targets.tolist() == [t + [tokenizer.pad_token_id] * (width - len(t)) for t in targets]
 
 
 def test_vectorised_reward_equals_the_verifier_on_real_rollouts(base_dir):

@@ -127,7 +127,7 @@ def test_calibration_uses_the_reward_function_the_overrides_name(files, tmp_path
 
 
 def test_reward_on_generated_rows_uses_the_embedded_verifier(files):
-    row = pq.read_table(files["val"]).slice(0, 1).to_pylist()[0]  # math_add: "a+b=" with its answer
+    row = pq.read_table(files["val"]).slice(0, 1).to_pylist()[0]  # math_sum3: "a+b+c=" with its answer
     truth, extra = row["reward_model"]["ground_truth"], row["extra_info"]
     assert compute_score(row["data_source"], f" {truth}\n", truth, extra) == {
         "score": 1.0, "acc": 1.0, "length_chars": float(len(truth) + 2), "format_fail": 0.0}
@@ -139,4 +139,4 @@ def test_resources_request_the_recipes_gpus(files):
     assert VerlBackend().resources(recipe(files, gpus_per_trial=8)) == {"cpu": 1, "gpu": 8}
     with pytest.raises(ValueError, match=r"construct VerlBackend\(recipe\)"):
         VerlBackend().benchmarks()
-    assert [b.name for b in VerlBackend(recipe(files)).benchmarks()][:2] == ["math_add", "math_sub"]
+    assert [b.name for b in VerlBackend(recipe(files)).benchmarks()][:2] == ["math_sum3", "math_mix3"]

@@ -127,7 +127,9 @@ def training_pools() -> dict[str, tuple[Item, ...]]:
         kept = [c for c, ok in zip(items, clean[start : start + len(items)]) if ok]
         start += len(items)
         if len(kept) < MIN_POOL_PER_KIND:
-            raise RuntimeError(f"task kind '{kind}': only {len(kept)} uncontaminated training items, need {MIN_POOL_PER_KIND}")
+            raise RuntimeError(
+                f"task kind '{kind}': only {len(kept)} uncontaminated training items, need {MIN_POOL_PER_KIND}"
+            )
         pools[KINDS[kind].domain].extend(kept)
     return {d: tuple(items) for d, items in pools.items()}
 

@@ -46,14 +46,15 @@ def calibrate(suites: dict[str, list[Item]] | None = None) -> CalibrationResult:
     for name, items in suites.items():
         for case, make in cases.items():
             texts, with_eos = zip(*(make(i.answer) for i in items))
-            ids = [tokenizer.encode(t, add_special_tokens=False) + ([EOS_ID] if e else []) for t, e in zip(texts, with_eos)]
+            ids = [tokenizer.encode(t, add_special_tokens=False) + [EOS_ID] * e for t, e in zip(texts, with_eos)]
             width = max(len(x) for x in ids)
             responses = torch.tensor([x + [0] * (width - len(x)) for x in ids])
             scored = score_responses(items, *decode_responses(tokenizer, responses))
             if case == "reference":
                 bad = int((~scored.correct).sum())
                 if bad:
-                    failures.append(f"{name}: {bad}/{len(items)} reference answers do not score 1 (e.g. {_example(items, scored.correct)})")
+                    example = _example(items, scored.correct)
+                    failures.append(f"{name}: {bad}/{len(items)} reference answers do not score 1 (e.g. {example})")
             else:
                 bad = int((scored.correct | scored.well_formed).sum())
                 if bad:
@@ -78,7 +79,7 @@ class ContaminationResult:
 def contamination_check(
     eval_items: list[Item] | None = None, pools: dict[str, list[Item]] | None = None, limit: int = 10
 ) -> ContaminationResult:
-    """Exact (normal-form) matches, and near ones (Jaccard > threshold, not exact), of training items with evaluation items."""
+    """Training items that match an evaluation item exactly (normal form) or nearly (Jaccard > threshold)."""
     eval_items = eval_items if eval_items is not None else [i for b in BENCHMARKS for i in b.items()]
     pools = pools if pools is not None else {d: list(v) for d, v in training_pools().items()}
     train = [i for d in DOMAINS for i in pools.get(d, [])]
@@ -92,16 +93,23 @@ def contamination_check(
     jaccard, nearest = max_jaccard([t.prompt for t in train], [e.prompt for e in eval_items])
     near = np.flatnonzero((jaccard > JACCARD_THRESHOLD) & ~is_exact)
     failures += [
-        f"near: training {train[k].prompt!r} ~ evaluation {eval_items[nearest[k]].prompt!r} (J{NGRAM} = {jaccard[k]:.2f})"
+        f"near: training {train[k].prompt!r} ~ evaluation {eval_items[nearest[k]].prompt!r} "
+        f"(J{NGRAM} = {jaccard[k]:.2f})"
         for k in near
     ]
     return ContaminationResult(
-        ok=not failures, failures=failures[:limit], exact=exact, near=len(near), max_jaccard=float(jaccard.max(initial=0.0))
+        ok=not failures,
+        failures=failures[:limit],
+        exact=exact,
+        near=len(near),
+        max_jaccard=float(jaccard.max(initial=0.0)),
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tune_dfrl.trainers.embedded.checks", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tune_dfrl.trainers.embedded.checks", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("check", choices=["calibrate", "contamination"])
     args = parser.parse_args(argv)
     if args.check == "calibrate":
@@ -112,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         found = contamination_check()
         print(
             f"contamination: {found.exact} exact and {found.near} near matches "
-            f"(max {NGRAM}-gram Jaccard {found.max_jaccard:.2f}, threshold {JACCARD_THRESHOLD}): {'ok' if found.ok else 'FAILED'}"
+            f"(max {NGRAM}-gram Jaccard {found.max_jaccard:.2f}, threshold {JACCARD_THRESHOLD}): "
+            f"{'ok' if found.ok else 'FAILED'}"
         )
         result, ok = found, found.ok
     for line in result.failures:

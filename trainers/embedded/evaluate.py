@@ -80,7 +80,9 @@ class Evaluator:
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
         self.items = [b.items() for b in benchmarks]
-        self.encoded = [encode_items(tokenizer, [i.prompt for i in items], [i.answer for i in items]) for items in self.items]
+        self.encoded = [
+            encode_items(tokenizer, [i.prompt for i in items], [i.answer for i in items]) for items in self.items
+        ]
 
     @torch.no_grad()
     def __call__(self, model: PreTrainedModel) -> EvalResult:

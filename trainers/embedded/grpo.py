@@ -69,6 +69,8 @@ class GRPOObjective:
             config=self.config,
             rollout_is_weights=weights,
         )
-        kl = agg_loss(loss_mat=kl_penalty(log_probs, ref_log_probs, KL_TYPE), loss_mask=mask, loss_agg_mode=LOSS_AGG_MODE)
+        kl_matrix = kl_penalty(log_probs, ref_log_probs, KL_TYPE)
+        kl = agg_loss(loss_mat=kl_matrix, loss_mask=mask, loss_agg_mode=LOSS_AGG_MODE)
         loss = pg_loss + self.kl_coef * kl
-        return loss, {"loss": loss.item(), "pg_loss": pg_loss.item(), "kl": kl.item(), "pg_clipfrac": pg_metrics["actor/pg_clipfrac"]}
+        metrics = {"loss": loss.item(), "pg_loss": pg_loss.item(), "kl": kl.item()}
+        return loss, {**metrics, "pg_clipfrac": pg_metrics["actor/pg_clipfrac"]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -91,11 +92,33 @@ class EncodedItems:
 
 
 def encode_items(tokenizer: PreTrainedTokenizerFast, prompts: list[str], answers: list[str]) -> EncodedItems:
-    enc = tokenizer(prompts, padding=True, return_tensors="pt", add_special_tokens=False)
-    targets = tokenizer([a + EOS for a in answers], add_special_tokens=False)["input_ids"]
-    width = max(len(t) for t in targets)
-    padded = torch.tensor([t + [PAD_ID] * (width - len(t)) for t in targets])
-    return EncodedItems(enc["input_ids"], enc["attention_mask"], padded)
+    """Token ids of many items at once. The tokenizer maps each character to one token, so this is
+    a vectorised table lookup equal to `tokenizer(prompts, padding=True)` (and answer + eos)."""
+    table = np.full(256, tokenizer.unk_token_id, dtype=np.int64)
+    for token, index in tokenizer.get_vocab().items():
+        if len(token) == 1:
+            table[ord(token)] = index
+    prompt_ids, prompt_mask = _pad_chars(prompts, table, left=True)
+    answer_ids, answer_mask = _pad_chars(answers, table, left=False, extra=1)
+    lengths = answer_mask.sum(1)
+    answer_ids[np.arange(len(answers)), lengths] = EOS_ID
+    return EncodedItems(torch.from_numpy(prompt_ids), torch.from_numpy(prompt_mask), torch.from_numpy(answer_ids))
+
+
+def _pad_chars(texts: list[str], table: np.ndarray, left: bool, extra: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """[M, W + extra] ids (pad elsewhere) and mask of `texts`, aligned right (left padding) or left."""
+    lengths = np.array([len(t) for t in texts])
+    flat = table[np.frombuffer("".join(texts).encode("latin-1"), dtype=np.uint8)]
+    width = int(lengths.max()) + extra
+    rows = np.repeat(np.arange(len(texts)), lengths)
+    cols = np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    if left:
+        cols += width - lengths[rows]
+    ids = np.full((len(texts), width), PAD_ID, dtype=np.int64)
+    mask = np.zeros((len(texts), width), dtype=np.int64)
+    ids[rows, cols] = flat
+    mask[rows, cols] = 1
+    return ids, mask
 
 
 def decode_responses(tokenizer: PreTrainedTokenizerFast, responses: torch.Tensor) -> tuple[list[str], list[bool]]:

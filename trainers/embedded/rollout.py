@@ -16,7 +16,9 @@ from transformers import PreTrainedModel
 def _prefill(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, repeats: int):
     """One pass over the distinct prompts; returns (cache, last-position logits, mask, next position), repeated."""
     positions = (prompt_mask.cumsum(1) - 1).clamp(min=0)
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    out = model(
+        input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions, use_cache=True, logits_to_keep=1
+    )
     cache = out.past_key_values
     if repeats > 1:
         cache.batch_repeat_interleave(repeats)
@@ -55,7 +57,13 @@ def generate(
         if done.all():
             break
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-        out = model(input_ids=token[:, None], attention_mask=mask, position_ids=next_position, past_key_values=cache, use_cache=True)
+        out = model(
+            input_ids=token[:, None],
+            attention_mask=mask,
+            position_ids=next_position,
+            past_key_values=cache,
+            use_cache=True,
+        )
         logits = out.logits[:, -1]
         next_position = next_position + 1
     responses = torch.stack(tokens, dim=1)
@@ -87,11 +95,12 @@ def response_log_probs(
         attention = torch.cat([prompt_mask, mask.to(prompt_mask.dtype)], dim=1)
         positions = (attention.cumsum(1) - 1).clamp(min=0)
         ids = torch.cat([prompt_ids, responses], dim=1)
-        logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=steps + 1).logits[:, :-1]
+        out = model(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=steps + 1)
+        logits = out.logits[:, :-1]
     else:
         cache, first_logits, full_mask, length = _prefill(model, prompt_ids, prompt_mask, repeats)
         attention = torch.cat([full_mask, mask.to(full_mask.dtype)], dim=1)
         positions = length + torch.arange(steps)
-        later = model(input_ids=responses, attention_mask=attention, position_ids=positions, past_key_values=cache).logits
-        logits = torch.cat([first_logits[:, None], later[:, :-1]], dim=1)
+        out = model(input_ids=responses, attention_mask=attention, position_ids=positions, past_key_values=cache)
+        logits = torch.cat([first_logits[:, None], out.logits[:, :-1]], dim=1)
     return torch.log_softmax(logits / temperature, dim=-1).gather(-1, responses[..., None]).squeeze(-1)

@@ -2,8 +2,8 @@
 
 Per step t:
  1. proportions p_t (the arm's mixer, or static uniform) -> DomainSampler draws P prompts;
- 2. n sampled rollouts per prompt (the prompt encoded once, its KV cache repeated); reward 1 iff the response is exactly answer + eos
-    (the verifier, vectorised: the parsers accept canonical answers only);
+ 2. n sampled rollouts per prompt (the prompt encoded once, its KV cache repeated); reward 1 iff
+    the response is exactly answer + eos (the verifier, vectorised: parsers accept canonical answers only);
  3. log-probs of the policy (with grad) and of the frozen base model (reference);
     old log-probs = current ones detached (one update per rollout batch);
  4. verl GRPO advantages -> RolloutBatch -> policy.apply -> its token weights enter verl's
@@ -92,7 +92,9 @@ class GRPOTrainer:
         advantages = self.objective.advantages(rewards, mask, groups)
         batch = RolloutBatch(torch.from_numpy(groups), domain, rewards, advantages, mask, log_probs.detach())
         result = self.arm.policy.apply(batch)
-        loss, metrics = self.objective.loss(log_probs, batch.old_log_probs, ref_log_probs, result.advantages, mask, result.token_weights)
+        loss, metrics = self.objective.loss(
+            log_probs, batch.old_log_probs, ref_log_probs, result.advantages, mask, result.token_weights
+        )
 
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -156,8 +158,8 @@ class GRPOTrainer:
 def exact_match(responses: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """[N] float: 1 where the response equals its target (answer, eos, then pad) position by position."""
     width = max(responses.shape[1], targets.shape[1])
-    pad = torch.nn.functional.pad
-    return (pad(responses, (0, width - responses.shape[1])) == pad(targets, (0, width - targets.shape[1]))).all(dim=1).float()
+    padded = [torch.nn.functional.pad(t, (0, width - t.shape[1])) for t in (responses, targets)]
+    return (padded[0] == padded[1]).all(dim=1).float()
 
 
 def _left_pad(t: torch.Tensor, width: int) -> torch.Tensor:
