@@ -43,7 +43,7 @@ class BaseRecipe:
     """Everything that determines the base model (its cache key derives from it)."""
 
     shape: ModelShape = field(default_factory=ModelShape)
-    steps: int = 4000
+    steps: int = 3000
     batch_size: int = 32
     lr: float = 3e-3
     warmup_steps: int = 100
@@ -51,7 +51,7 @@ class BaseRecipe:
     mistake_level: int = 2
     mistake_rate: float = 0.6
     seed: int = 0
-    threads: int = 1  # torch threads while building: fixed, so the result does not depend on the machine's cores
+    threads: int = 2  # torch threads while building: fixed, so the result does not depend on the machine's cores
 
     @classmethod
     def from_dict(cls, values: dict) -> BaseRecipe:
