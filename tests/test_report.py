@@ -177,6 +177,34 @@ def test_exclusions_are_reported_not_silent():
         analyze(table_of({k: v for k, v in runs.items() if k[0] in ("baseline", "lonely")}), "baseline")
 
 
+def _two_benchmark_table(logic_chars: float) -> ScoreTable:
+    """math scores differ between arms; logic runs answer nothing correct with `logic_chars` characters."""
+    bench = BenchmarkSet((BenchmarkInfo("m1", "math", 100), BenchmarkInfo("l1", "logic", 100)))
+    rows = [row for arm, level in [("baseline", 40.0), ("a", 42.0)] for s in range(1, 6) for row in (
+        {"arm": arm, "seed": s, "benchmark": "m1", "score": level + np.sin(s + len(arm)), "length_chars": 3.0},
+        {"arm": arm, "seed": s, "benchmark": "l1", "score": 0.0, "length_chars": logic_chars})]
+    return ScoreTable(pd.DataFrame(rows), bench)
+
+
+def test_leave_out_subset_with_an_undefined_score_is_skipped_with_a_note():
+    """Leaving out math leaves only logic, whose responses are empty: efficiency there is 0/0."""
+    summary = analyze(_two_benchmark_table(logic_chars=0.0), "baseline")
+    efficiency = summary["robustness"]["efficiency"]
+    assert list(efficiency["lobo"]["left_out"]) == ["l1"] and list(efficiency["lodo"]["left_out"]) == ["logic"]
+    assert any("robustness of 'efficiency' without 'm1' skipped" in n and "10 run(s)" in n for n in summary["notes"])
+    assert any("without 'math' skipped" in n for n in summary["notes"])
+    assert summary["verdicts"]["a"] == "better"
+    assert list(analyze(_two_benchmark_table(logic_chars=2.0), "baseline")["robustness"]["efficiency"]["lobo"]["left_out"]) == ["m1", "l1"]
+
+
+def test_an_aggregation_undefined_on_the_full_table_is_a_clear_error():
+    table = _two_benchmark_table(logic_chars=0.0)
+    table.frame.loc[table.frame["benchmark"] == "m1", "length_chars"] = 0.0
+    with pytest.raises(ValueError, match=r"aggregation 'efficiency' is undefined \(NaN\) for 10 run\(s\).*aggregations="):
+        analyze(table, "baseline")
+    assert analyze(table, "baseline", aggregations=["db"])["verdicts"] == {"a": "better"}
+
+
 def test_analyze_bad_arguments():
     table = table_of({(arm, s): 50.0 for arm in ("baseline", "a") for s in (1, 2, 3)})
     with pytest.raises(ValueError, match="control 'basline' is not an arm of the score table; arms: a, baseline"):

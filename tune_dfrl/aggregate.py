@@ -7,7 +7,8 @@ For one run with accuracy a_b (%) on benchmark b of domain D(b) with n_b items:
 - `item`: sum_b n_b a_b / sum_b n_b (pooled over items);
 - a named subset (e.g. `math_heavy`): mean of a_b over its member benchmarks (equal weights);
 - `efficiency`: correct answers per 1000 response characters,
-  1000 * sum_b n_b a_b / 100 / sum_b n_b l_b with l_b the mean response length (characters).
+  1000 * sum_b n_b a_b / 100 / sum_b n_b l_b with l_b the mean response length (characters);
+  undefined (NaN) when no response characters were produced.
 
 All but `efficiency` are linear, score = A @ w. Leaving benchmarks out (`drop`) recomputes the
 weights on the remaining ones; `db` then averages only the domains that keep a benchmark.
@@ -76,4 +77,5 @@ def aggregate(accuracy: np.ndarray, name: str, bench: BenchmarkSet, length_chars
         raise ValueError(f"aggregation 'efficiency' keeps no benchmark after dropping {sorted(drop)}")
     correct = accuracy / 100.0 @ items
     characters = length_chars @ items
-    return 1000.0 * correct / characters
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(characters > 0, 1000.0 * correct / characters, np.nan)  # no characters: undefined, not 0

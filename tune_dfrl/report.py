@@ -67,9 +67,14 @@ class _Scores:
         self.index, self.seeds = [control, *arms], seeds
 
     def matrix(self, name: str, drop: tuple[str, ...] = ()) -> pd.DataFrame:
-        values = aggregate(self.runs.accuracy, name, self.bench, self.runs.length_chars, drop)
-        frame = self.runs.keys.assign(score=values)
+        frame = self.runs.keys.assign(score=aggregate(self.runs.accuracy, name, self.bench, self.runs.length_chars, drop))
         return frame.pivot(index="arm", columns="seed", values="score").reindex(index=self.index, columns=self.seeds)
+
+    def undefined(self, name: str, drop: tuple[str, ...] = ()) -> pd.DataFrame:
+        """(arm, seed) of the compared runs whose score is NaN, e.g. efficiency with no response characters (0/0)."""
+        score = aggregate(self.runs.accuracy, name, self.bench, self.runs.length_chars, drop)
+        keys = self.runs.keys
+        return keys[np.isnan(score) & keys["arm"].isin(self.index) & keys["seed"].isin(self.seeds)]
 
 
 def _pair_arms(keys: pd.DataFrame, control: str) -> tuple[list[int], list[str], dict[str, str], list[str]]:
@@ -95,8 +100,13 @@ def _pair_arms(keys: pd.DataFrame, control: str) -> tuple[list[int], list[str], 
     return control_seeds, arms, excluded, notes
 
 
-def _robustness(scores: _Scores, name: str, means: pd.Series, verdicts: dict[str, str], delta: float, alpha: float) -> dict:
-    """Leave-one-benchmark-out and leave-one-domain-out: Kendall/Spearman vs the full ranking, verdict changes."""
+def _robustness(scores: _Scores, name: str, means: pd.Series, verdicts: dict[str, str], delta: float, alpha: float,
+                notes: list[str]) -> dict:
+    """Leave-one-benchmark-out and leave-one-domain-out: Kendall/Spearman vs the full ranking, verdict changes.
+
+    A left-out subset under which some run's score is undefined (e.g. `efficiency` with no response
+    characters left: 0/0) is skipped, and a note says so.
+    """
     used = members(name, scores.bench)
     left_out = {
         "lobo": {b: (b,) for b in used},
@@ -108,6 +118,10 @@ def _robustness(scores: _Scores, name: str, means: pd.Series, verdicts: dict[str
         for key, drop in drops.items():
             if set(used) <= set(drop) or not set(used) & set(drop):
                 continue  # nothing left, or nothing changes
+            if len(undefined := scores.undefined(name, drop)):
+                notes.append(f"robustness of '{name}' without {key!r} skipped: the score is undefined for "
+                             f"{len(undefined)} run(s) on the remaining benchmarks (e.g. no response characters)")
+                continue
             matrix = scores.matrix(name, drop)
             reduced = paired_verdicts(matrix.iloc[0].to_numpy(), {a: matrix.loc[a].to_numpy() for a in verdicts}, delta, alpha)
             changes = {a: f"{verdicts[a]} -> {v.verdict}" for a, v in reduced.items() if v.verdict != verdicts[a]}
@@ -177,6 +191,10 @@ def analyze(table: ScoreTable, control: str, aggregations: list[str] | None = No
     means, verdicts_by_agg, prob, flips, ranking = {}, {}, {}, {}, {}
     robustness, flip_subsets = {}, None
     for name in aggregations:
+        if len(undefined := scores.undefined(name)):
+            arm, seed = undefined.iloc[0][["arm", "seed"]]
+            raise ValueError(f"aggregation {name!r} is undefined (NaN) for {len(undefined)} run(s), e.g. arm {arm!r} seed "
+                             f"{seed} (efficiency needs response characters); choose other aggregations=")
         matrix = scores.matrix(name)
         control_row = matrix.loc[control].to_numpy()
         verdicts = paired_verdicts(control_row, {a: matrix.loc[a].to_numpy() for a in arms}, delta, alpha,
@@ -194,7 +212,8 @@ def analyze(table: ScoreTable, control: str, aggregations: list[str] | None = No
             flips[name], flip_subsets = winner_flip_rate(joint, flip_k, rng)
         else:
             flips[name] = None
-        robustness[name] = _robustness(scores, name, arm_means, {a: v.verdict for a, v in verdicts.items()}, delta, alpha)
+        robustness[name] = _robustness(scores, name, arm_means, {a: v.verdict for a, v in verdicts.items()}, delta, alpha,
+                                      notes)
 
     common = joint.shape[1]  # seeds shared by every compared arm and the control (the same under every aggregation)
     if flip_subsets is None:
