@@ -99,9 +99,10 @@ class RolloutBatch:
 
     @cached_property
     def padding(self) -> torch.Tensor:
-        """[N, L] bool: m_it == 0. Masking by `masked_fill_(padding, 0)` is much cheaper than
-        multiplying by an int64 mask (verl's dtype)."""
-        return self.response_mask == 0
+        """[N, L] bool: m_it == 0 (logical_not of the validated 0/1 mask: faster than `== 0` on
+        int64). Masking by `masked_fill_(padding, 0)` is much cheaper than multiplying by an
+        int64 mask (verl's dtype)."""
+        return torch.logical_not(self.response_mask)
 
     def masked_abs_advantages(self) -> torch.Tensor:
         """|A_it| m_it written into the workspace."""
