@@ -65,16 +65,19 @@ class _Scores:
     def __init__(self, bench: BenchmarkSet, runs: Runs, control: str, arms: list[str], seeds: list[int]):
         self.bench, self.runs = bench, runs
         self.index, self.seeds = [control, *arms], seeds
+        self.ran = self._pivot(np.ones(len(runs.keys))).notna()  # [arm x seed]: a run exists
 
     def matrix(self, name: str, drop: tuple[str, ...] = ()) -> pd.DataFrame:
-        frame = self.runs.keys.assign(score=aggregate(self.runs.accuracy, name, self.bench, self.runs.length_chars, drop))
-        return frame.pivot(index="arm", columns="seed", values="score").reindex(index=self.index, columns=self.seeds)
+        return self._pivot(aggregate(self.runs.accuracy, name, self.bench, self.runs.length_chars, drop))
 
-    def undefined(self, name: str, drop: tuple[str, ...] = ()) -> pd.DataFrame:
-        """(arm, seed) of the compared runs whose score is NaN, e.g. efficiency with no response characters (0/0)."""
-        score = aggregate(self.runs.accuracy, name, self.bench, self.runs.length_chars, drop)
-        keys = self.runs.keys
-        return keys[np.isnan(score) & keys["arm"].isin(self.index) & keys["seed"].isin(self.seeds)]
+    def undefined(self, matrix: pd.DataFrame) -> list[tuple[str, int]]:
+        """(arm, seed) of runs that exist but score NaN in `matrix`, e.g. efficiency with no response characters (0/0)."""
+        flags = (matrix.isna() & self.ran).stack()
+        return list(flags[flags].index)
+
+    def _pivot(self, values: np.ndarray) -> pd.DataFrame:
+        frame = self.runs.keys.assign(score=values)
+        return frame.pivot(index="arm", columns="seed", values="score").reindex(index=self.index, columns=self.seeds)
 
 
 def _pair_arms(keys: pd.DataFrame, control: str) -> tuple[list[int], list[str], dict[str, str], list[str]]:
@@ -118,11 +121,11 @@ def _robustness(scores: _Scores, name: str, means: pd.Series, verdicts: dict[str
         for key, drop in drops.items():
             if set(used) <= set(drop) or not set(used) & set(drop):
                 continue  # nothing left, or nothing changes
-            if len(undefined := scores.undefined(name, drop)):
+            matrix = scores.matrix(name, drop)
+            if undefined := scores.undefined(matrix):
                 notes.append(f"robustness of '{name}' without {key!r} skipped: the score is undefined for "
                              f"{len(undefined)} run(s) on the remaining benchmarks (e.g. no response characters)")
                 continue
-            matrix = scores.matrix(name, drop)
             reduced = paired_verdicts(matrix.iloc[0].to_numpy(), {a: matrix.loc[a].to_numpy() for a in verdicts}, delta, alpha)
             changes = {a: f"{verdicts[a]} -> {v.verdict}" for a, v in reduced.items() if v.verdict != verdicts[a]}
             reduced_means = matrix.mean(axis=1)
@@ -191,11 +194,11 @@ def analyze(table: ScoreTable, control: str, aggregations: list[str] | None = No
     means, verdicts_by_agg, prob, flips, ranking = {}, {}, {}, {}, {}
     robustness, flip_subsets = {}, None
     for name in aggregations:
-        if len(undefined := scores.undefined(name)):
-            arm, seed = undefined.iloc[0][["arm", "seed"]]
+        matrix = scores.matrix(name)
+        if undefined := scores.undefined(matrix):
+            arm, seed = undefined[0]
             raise ValueError(f"aggregation {name!r} is undefined (NaN) for {len(undefined)} run(s), e.g. arm {arm!r} seed "
                              f"{seed} (efficiency needs response characters); choose other aggregations=")
-        matrix = scores.matrix(name)
         control_row = matrix.loc[control].to_numpy()
         verdicts = paired_verdicts(control_row, {a: matrix.loc[a].to_numpy() for a in arms}, delta, alpha,
                                    bootstrap=True, rng=rng, family_size=family_size)
