@@ -6,7 +6,7 @@ A synthetic campaign has K arms with known true final effects against the contro
 few negative, at most two positive). Every arm runs on the same S seeds at M evaluation
 milestones; the paired rungs are the milestones before the last from the rule's grace_fraction of
 training on (`RungRule.rungs`), plain ASHA's are Ray's geometric ones. The noise is calibrated
-to the paired per-seed spread of the DataFlex-RL runs (`../shared/data/dataflex_rl_all_runs_171.csv`).
+to the paired per-seed spread of the DataFlex-RL runs (`data/dataflex_rl/dataflex_rl_all_runs_171.csv`).
 
 Score of arm a (a = 0 is the control) at seed s and milestone j = 1..M, i.e. after a fraction
 f = j / M of training, in points:
@@ -61,7 +61,7 @@ from tune_dfrl.aggregate import weights
 from tune_dfrl.rungs import RungRule, decide
 from tune_dfrl.scores import dataflex_benchmarks
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "dataflex_rl_all_runs_171.csv"
+DATA = Path(__file__).resolve().parents[1] / "data" / "dataflex_rl" / "dataflex_rl_all_runs_171.csv"
 CONTROL = "control"
 METHODS = ("grid", "paired_asha", "race", "asha_point_best", "wilcoxon_leader")
 SETTINGS: dict[str, tuple[float, ...]] = {  # true final effects of the K = 12 arms (points)

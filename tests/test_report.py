@@ -1,4 +1,4 @@
-"""The report: reference figures on the shared DataFlex-RL table, the command, exclusions, milestones, MLflow."""
+"""The report: reference figures on the DataFlex-RL run table, the command, exclusions, milestones, MLflow."""
 
 from __future__ import annotations
 
@@ -18,12 +18,11 @@ from tune_dfrl.backend import BenchmarkInfo
 from tune_dfrl.report import _main, analyze, default_control, write_report
 from tune_dfrl.scores import BenchmarkSet, ScoreTable, load_csv, load_results
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_CSV = REPO.parent / "shared" / "data" / "dataflex_rl_all_runs_171.csv"
-needs_shared = pytest.mark.skipif(not SHARED_CSV.exists(), reason=f"shared DataFlex-RL table not found at {SHARED_CSV}")
+from repo_files import DATAFLEX_CSV
+
 MAIN_7B = {"campaign": "main", "model": "Qwen2.5-7B-Instruct"}
 
-# The study's definitions, written out independently of tune_dfrl (../shared/data/README.md).
+# The study's definitions, written out independently of tune_dfrl (data/dataflex_rl/README.md).
 DOMAINS = {"math": ["math500", "aime24", "olympiadbench", "minerva_math", "gsm8k"],
            "logic": ["kk_hard", "bbh_logical_deduction", "bbh_tracking", "zebra_logic_mc"],
            "science": ["gpqa_diamond", "mmlu_pro_chemistry", "mmlu_pro_physics"]}
@@ -44,14 +43,12 @@ REFERENCE_RANGE = {"db": 3.3124167601945373, "macro": 2.7923681257014508, "item"
 
 
 @pytest.fixture(scope="module")
-def shared_summary():
-    if not SHARED_CSV.exists():
-        pytest.skip(f"shared DataFlex-RL table not found at {SHARED_CSV}")
-    return analyze(load_csv(SHARED_CSV, filters=MAIN_7B), "baseline")
+def dataflex_summary():
+    return analyze(load_csv(DATAFLEX_CSV, filters=MAIN_7B), "baseline")
 
 
 def independent_method_means() -> pd.DataFrame:
-    runs = pd.read_csv(SHARED_CSV)
+    runs = pd.read_csv(DATAFLEX_CSV)
     runs = runs[(runs.campaign == "main") & (runs.model == "Qwen2.5-7B-Instruct")]
     domain_means = pd.DataFrame({d: runs[cols].mean(axis=1) for d, cols in DOMAINS.items()})
     columns = list(ITEMS)
@@ -66,9 +63,8 @@ def independent_method_means() -> pd.DataFrame:
     return per_run.groupby("method").mean()
 
 
-@needs_shared
-def test_reference_rank_correlations_and_ranges(shared_summary):
-    s = shared_summary
+def test_reference_rank_correlations_and_ranges(dataflex_summary):
+    s = dataflex_summary
     assert s["seeds"] == [1, 2, 3] and len(s["arms"]) == 8 and not s["excluded"]
     for pair, expected in REFERENCE_RANK_CORRELATION.items():
         assert s["rank_correlation"][pair]["spearman"] == pytest.approx(expected["spearman"], abs=1e-12)
@@ -86,9 +82,8 @@ def test_reference_rank_correlations_and_ranges(shared_summary):
     assert lodo_logic["kendall"] == pytest.approx(stats.kendalltau(means["db"], means["db_without_logic"]).statistic)
 
 
-@needs_shared
-def test_shared_table_verdicts_and_recommendation(shared_summary):
-    s = shared_summary
+def test_dataflex_table_verdicts_and_recommendation(dataflex_summary):
+    s = dataflex_summary
     assert set(s["verdicts"].values()) == {"inconclusive"}  # 3 seeds, 8 arms: nothing credible on db
     rec = s["recommendation"]
     assert (rec["recommended"], rec["is_control"], rec["point_best"]) == ("baseline", True, "gfpo")
@@ -98,10 +93,9 @@ def test_shared_table_verdicts_and_recommendation(shared_summary):
     assert sum(s["prob_best"]["db"].values()) == pytest.approx(1.0)
 
 
-@needs_shared
-def test_command_on_shared_table(tmp_path):
+def test_command_on_dataflex_table(tmp_path):
     out = tmp_path / "report"
-    command = [sys.executable, "-m", "tune_dfrl.report", f"runs={SHARED_CSV}", "control=baseline",
+    command = [sys.executable, "-m", "tune_dfrl.report", f"runs={DATAFLEX_CSV}", "control=baseline",
                "filter.campaign=main", "filter.model=Qwen2.5-7B-Instruct", "aggregations=[db,macro,item,math_heavy]", f"out={out}"]
     env = {**os.environ, "COLUMNS": "160"}
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
@@ -121,14 +115,13 @@ def test_command_on_shared_table(tmp_path):
     assert (out / "forest.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@needs_shared
 def test_command_errors_name_the_problem(tmp_path):
     with pytest.raises(ValueError, match="add filters to select one slice"):
-        _main(report_config([f"runs={SHARED_CSV}", f"out={tmp_path}"]))
+        _main(report_config([f"runs={DATAFLEX_CSV}", f"out={tmp_path}"]))
     with pytest.raises(ValueError, match="exactly one source"):
         _main(report_config([f"out={tmp_path}"]))
     with pytest.raises(ValueError, match="filter.campaign=nope matches no row|filter campaign=nope matches no row"):
-        _main(report_config([f"runs={SHARED_CSV}", "+filter.campaign=nope", f"out={tmp_path}"]))
+        _main(report_config([f"runs={DATAFLEX_CSV}", "+filter.campaign=nope", f"out={tmp_path}"]))
 
 
 # ------------------------------------------------------------------------- synthetic tables

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +14,8 @@ from tune_dfrl.aggregate import aggregate, check_aggregations, default_aggregati
 from tune_dfrl.backend import BenchmarkInfo
 from tune_dfrl.scores import BenchmarkSet, ScoreTable, dataflex_benchmarks, load_csv, load_mlflow, load_results
 
-SHARED_CSV = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "dataflex_rl_all_runs_171.csv"
-needs_shared = pytest.mark.skipif(not SHARED_CSV.exists(), reason=f"shared DataFlex-RL table not found at {SHARED_CSV}")
+from repo_files import DATAFLEX_CSV
+
 MAIN_7B = {"campaign": "main", "model": "Qwen2.5-7B-Instruct"}
 
 # Three benchmarks: two math (100 and 300 items), one logic (100 items); subset pair = {m1, l1}.
@@ -62,12 +63,16 @@ def test_aggregation_names_checked():
 # ------------------------------------------------------------------------- metadata
 
 
-def test_dataflex_metadata_matches_shared_readme():
+def test_dataflex_metadata_matches_the_data_readme():
     bench = dataflex_benchmarks()
     assert len(bench.names) == 12
     assert {d: sum(b.domain == d for b in bench.benchmarks) for d in bench.domains} == {"math": 5, "logic": 4, "science": 3}
     assert sum(b.items for b in bench.benchmarks) == 6194
     assert bench.subsets["math_heavy"] == ("math500", "aime24", "olympiadbench", "minerva_math", "gsm8k", "gpqa_diamond")
+    readme = (DATAFLEX_CSV.parent / "README.md").read_text()
+    rows = re.findall(r"^\| (\w+) \| (math|logic|science) \| (\d+) \|$", readme, flags=re.MULTILINE)
+    assert [(b.name, b.domain, b.items) for b in bench.benchmarks] == [(n, d, int(k)) for n, d, k in rows]
+    assert pd.read_csv(DATAFLEX_CSV).columns[7:].tolist() == list(bench.names)
 
 
 def test_benchmark_set_errors():
@@ -166,22 +171,20 @@ def test_csv_filter_keeps_the_slice_and_ignores_bad_cells_outside_it(tmp_path):
     assert sorted(table.frame[["arm", "seed"]].drop_duplicates().itertuples(index=False)) == [("a", 2), ("ctl", 2)]
 
 
-@needs_shared
-def test_shared_table_slice():
-    table = load_csv(SHARED_CSV, filters=MAIN_7B)
+def test_dataflex_table_slice():
+    table = load_csv(DATAFLEX_CSV, filters=MAIN_7B)
     assert table.arms == ["ar", "baseline", "diffband", "difffilter", "gfpo", "maxvar", "per", "softmax", "topk"]
     assert len(table.frame) == 9 * 3 * 12
     assert set(table.frame.groupby("arm")["seed"].agg(lambda s: tuple(sorted(set(s))))) == {(1, 2, 3)}
-    raw = pd.read_csv(SHARED_CSV)
+    raw = pd.read_csv(DATAFLEX_CSV)
     row = raw[(raw.run_id == "v2_7b__gfpo_s2")].iloc[0]
     cell = table.frame.set_index(["arm", "seed", "benchmark"])["score"]
     assert cell[("gfpo", 2, "bbh_tracking")] == row["bbh_tracking"]
 
 
-@needs_shared
-def test_shared_table_without_filters_is_ambiguous():
+def test_dataflex_table_without_filters_is_ambiguous():
     with pytest.raises(ValueError, match=r"appears in \d+ rows of the selection; add filters"):
-        load_csv(SHARED_CSV)
+        load_csv(DATAFLEX_CSV)
 
 
 # ------------------------------------------------------------------------ results.jsonl

@@ -1,6 +1,6 @@
 """The report: which arms credibly beat the control, and how robust any ranking is (DESIGN §6-§7).
 
-    python -m tune_dfrl.report runs=../shared/data/dataflex_rl_all_runs_171.csv control=baseline \\
+    python -m tune_dfrl.report runs=data/dataflex_rl/dataflex_rl_all_runs_171.csv control=baseline \\
         filter.campaign=main filter.model=Qwen2.5-7B-Instruct out=report_main_7b
     python -m tune_dfrl.report runs=OUT                  # a search's output directory (results.jsonl)
     python -m tune_dfrl.report experiment=NAME mlflow.tracking_uri=sqlite:////abs/mlflow.db
