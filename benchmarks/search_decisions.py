@@ -37,8 +37,18 @@ Asynchrony: trials take equal time per milestone, so whatever the number of work
 every rung in launch order; an arm is compared with the arms (and the control, run first)
 recorded at that rung before it — exactly asynchronous successive halving.
 
+  fixed12          the grid at 12 paired seeds with the report rule: the fixed design `sequential` is
+                   measured against (its compute_frac is 1 by definition);
+  sequential       seeds=auto (`tune_dfrl.sequential`): the first 4 seeds under the paired rungs (grace
+                   0.5), then group-sequential looks adding 4 seeds to the open arms, up to 16.
+compute_frac is relative to the full paired grid at --seeds seeds, for fixed12 and sequential to
+the fixed 12-seed design. Seeds beyond --seeds come from a separate random stream, seed by seed,
+so the fixed methods' figures do not depend on them.
+
 The last output line is one JSON object {method: {compute_frac, best_kept, false_winner,
-null_correct}}: the first three from the headline setting `one_winner`, null_correct from `null`.
+null_correct, picked_best, worst_false_winner, worst_compute_frac}}: the first three and
+picked_best from the headline setting `one_winner`, null_correct from `null`, the worst ones over
+all settings.
 """
 
 from __future__ import annotations
@@ -60,10 +70,12 @@ from scipy import stats
 from tune_dfrl.aggregate import weights
 from tune_dfrl.rungs import RungRule, decide
 from tune_dfrl.scores import dataflex_benchmarks
+from tune_dfrl.sequential import SequentialRule, is_settled, look, recommendation
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "dataflex_rl" / "dataflex_rl_all_runs_171.csv"
 CONTROL = "control"
-METHODS = ("grid", "paired_asha", "race", "asha_point_best", "wilcoxon_leader")
+METHODS = ("grid", "paired_asha", "race", "asha_point_best", "wilcoxon_leader", "fixed12", "sequential")
+FIXED_SEEDS = 12  # the fixed paired design the sequential one is measured against
 SETTINGS: dict[str, tuple[float, ...]] = {  # true final effects of the K = 12 arms (points)
     "one_winner": (3.0,) + (0.0,) * 8 + (-1.5, -2.5, -4.0),
     "two_winners": (3.0, 1.5) + (0.0,) * 7 + (-1.5, -2.5, -4.0),
@@ -144,17 +156,29 @@ class CampaignModel:
             raise ValueError("bad campaign model: " + "; ".join(problems))
 
 
-def simulate_scores(effects: Sequence[float], model: CampaignModel, campaigns: int, rng: np.random.Generator) -> np.ndarray:
-    """Scores [campaigns, 1 + K arms, seeds, milestones]; arm 0 is the control."""
-    shape = (campaigns, len(effects) + 1, model.seeds, model.milestones)
+def simulate_scores(effects: Sequence[float], model: CampaignModel, campaigns: int, rng: np.random.Generator,
+                    extra_seeds: int = 0, extra_rng: np.random.Generator | None = None) -> np.ndarray:
+    """Scores [campaigns, 1 + K arms, seeds + extra_seeds, milestones]; arm 0 is the control.
+
+    The extra seeds (for the 12-seed and sequential designs) come from `extra_rng` and share the
+    campaign's transient effects, so the first `model.seeds` seeds are the same with or without them.
+    """
+    transient = rng.normal(0.0, model.transient_sd, (campaigns, len(effects) + 1, 1, 1))
+    transient[:, 0] = 0.0
+    scores = seed_block(effects, transient, model, model.seeds, rng)
+    extra = [seed_block(effects, transient, model, 1, extra_rng) for _ in range(extra_seeds)]  # one at a time:
+    return np.concatenate([scores, *extra], axis=2)  # seed j's scores do not depend on how many follow
+
+
+def seed_block(effects: Sequence[float], transient: np.ndarray, model: CampaignModel, seeds: int, rng: np.random.Generator) -> np.ndarray:
+    """The scores of `seeds` new seeds of every arm, given the campaign's transient effects [C, 1 + K, 1, 1]."""
+    shape = (transient.shape[0], transient.shape[1], seeds, model.milestones)
     progress = np.arange(1, model.milestones + 1) / model.milestones
     weight = progress ** (math.log(model.proxy_half) / math.log(0.5))
     noise_scale = 1.0 + (model.early_noise - 1.0) * (1.0 - progress)
     theta = np.concatenate([[0.0], effects])[None, :, None, None]
-    transient = rng.normal(0.0, model.transient_sd, (campaigns, shape[1], 1, 1))
-    transient[:, 0] = 0.0
     run_sd = model.paired_sd / math.sqrt(2.0)
-    seed_effect = rng.normal(0.0, model.seed_sd, (campaigns, 1, model.seeds, 1))
+    seed_effect = rng.normal(0.0, model.seed_sd, (shape[0], 1, seeds, 1))
     interaction = rng.normal(0.0, run_sd * math.sqrt(model.persistent), shape[:3] + (1,))
     evaluation = rng.normal(0.0, run_sd * math.sqrt(1.0 - model.persistent), shape) * noise_scale
     return model.base + seed_effect + weight * theta + (1.0 - weight) * transient + interaction + evaluation
@@ -278,6 +302,8 @@ class Plan:
     eta: float = 3.0  # plain ASHA's reduction factor; its first rung is the first milestone (Ray's default)
     wilcoxon_p: float = 0.1  # Optuna WilcoxonPruner's default p_threshold
     wilcoxon_grace: float = RungRule().grace_fraction  # the Wilcoxon rule stops at the paired scheduler's rungs
+    sequential: SequentialRule = SequentialRule()  # seeds=auto: looks, alpha, futility
+    sequential_rungs: RungRule = RungRule(grace_fraction=0.5)  # the paired rungs within the starting seeds
 
     @staticmethod
     def paired_rungs(rule: RungRule, milestones: int) -> list[int]:
@@ -292,9 +318,48 @@ class Plan:
         return at
 
 
+def run_sequential(scores: np.ndarray, orders: np.ndarray, rule: SequentialRule, rung_rule: RungRule) -> Outcomes:
+    """seeds=auto: the first `rule.start` seeds under the paired rungs, then batches of seeds for the open arms.
+
+    After the starting batch, each look (`tune_dfrl.sequential.look`) settles arms or finds them
+    futile; the open ones and the control get the next `rule.batch` seeds at the full budget,
+    until no arm is open or `rule.max` seeds. `finished` = not stopped at a rung and not futile.
+    """
+    n_campaigns, n_arms, _, n_milestones = scores.shape
+    first = scores[:, :, : rule.start]
+    kept, spent = run_paired_rungs(first, orders, rung_rule_keep(rung_rule), Plan.paired_rungs(rung_rule, n_milestones))
+    deltas = scores[:, 1:, :, -1] - scores[:, :1, :, -1]
+    counts = rule.looks()
+    winners = np.full(n_campaigns, -1)
+    finished = kept.copy()
+    for c in range(n_campaigns):
+        by_arm = {arm_name(a + 1): deltas[c, a] for a in range(n_arms - 1)}
+        stopped = [arm_name(a) for a in range(1, n_arms) if not kept[c, a]]
+        states: dict = {}
+        for k in range(1, len(counts) + 1):
+            if k > 1:
+                open_arms = sum(state.status == "open" for state in states.values())
+                spent[c] += (1 + open_arms) * (counts[k - 1] - counts[k - 2]) * n_milestones
+            states = look(by_arm, states, rule, family_size=n_arms - 1, current=k, stopped=stopped)
+            if is_settled(states):
+                break
+        choice = recommendation(states, CONTROL)
+        winners[c] = -1 if choice == CONTROL else int(choice.removeprefix("arm"))
+        for arm, state in states.items():
+            finished[c, int(arm.removeprefix("arm"))] &= state.status != "futile"
+    return Outcomes(finished, spent, winners)
+
+
 def run_method(method: str, scores: np.ndarray, orders: np.ndarray, trial_orders: np.ndarray, plan: Plan) -> Outcomes:
-    """One method on every campaign: scores [C, A, S, M], arm launch orders [C, A - 1], trial orders [C, A * S]."""
+    """One method on every campaign: scores [C, A, S, M], arm launch orders [C, A - 1], trial orders [C, A * S].
+
+    `S` is the fixed methods' seed count; `fixed12` and `sequential` take the scores of all simulated seeds.
+    """
     milestones = scores.shape[3]
+    if method == "sequential":
+        return run_sequential(scores, orders, plan.sequential, plan.sequential_rungs)
+    if method == "fixed12":
+        method, scores = "grid", scores[:, :, :FIXED_SEEDS]
     if method == "asha_point_best":
         return run_point_asha(scores, trial_orders, plan.eta, plan.asha_rungs(milestones))
     if method == "grid":
@@ -335,16 +400,25 @@ def metrics(outcomes: Outcomes, effects: Sequence[float], grid_steps: int) -> Me
 
 
 def run_benchmark(model: CampaignModel, plan: Plan, campaigns: int, seed: int, methods: Sequence[str] = METHODS) -> dict[str, dict[str, Metrics]]:
-    """{setting: {method: Metrics}} over `campaigns` simulated campaigns per setting."""
+    """{setting: {method: Metrics}} over `campaigns` simulated campaigns per setting.
+
+    compute_frac is relative to the full paired grid at `model.seeds` seeds, except for `fixed12`
+    and `sequential`, whose reference is the fixed 12-seed design.
+    """
     results: dict[str, dict[str, Metrics]] = {}
+    seeds = max(model.seeds, FIXED_SEEDS, plan.sequential.max)
     for index, (setting, effects) in enumerate(SETTINGS.items()):
         rng = np.random.default_rng([seed, index])
-        scores = simulate_scores(effects, model, campaigns, rng)
+        scores = simulate_scores(effects, model, campaigns, rng, seeds - model.seeds, np.random.default_rng([seed, index, 1]))
         n_arms = len(effects) + 1
         orders = rng.permuted(np.tile(np.arange(1, n_arms), (campaigns, 1)), axis=1)
         trial_orders = rng.permuted(np.tile(np.arange(n_arms * model.seeds), (campaigns, 1)), axis=1)
-        grid_steps = n_arms * model.seeds * model.milestones
-        results[setting] = {m: metrics(run_method(m, scores, orders, trial_orders, plan), effects, grid_steps) for m in methods}
+        results[setting] = {}
+        for m in methods:
+            long = m in ("fixed12", "sequential")
+            grid_steps = n_arms * (FIXED_SEEDS if long else model.seeds) * model.milestones
+            outcomes = run_method(m, scores if long else scores[:, :, : model.seeds], orders, trial_orders, plan)
+            results[setting][m] = metrics(outcomes, effects, grid_steps)
     return results
 
 
@@ -381,7 +455,20 @@ def target_lines(results: dict[str, dict[str, Metrics]]) -> list[str]:
         ]
         met = m.compute_frac <= 0.5 and m.best_kept >= 0.9 and worst_false <= 0.05
         out.append(f"target {'MET' if met else 'NOT MET'} for {method}: " + "; ".join(gaps))
+    out.append(sequential_target_line(results))
     return out
+
+
+def sequential_target_line(results: dict[str, dict[str, Metrics]]) -> str:
+    """seeds=auto against the fixed 12-seed design, every setting: false winners <= 0.05, picked_best
+    >= fixed12's - 0.03 (settings with a best arm), compute <= 0.5 of fixed12's."""
+    worst_false = max(r["sequential"].false_winner for r in results.values())
+    worst_compute = max(r["sequential"].compute_frac for r in results.values())
+    pick_gap = min(r["sequential"].picked_best - r["fixed12"].picked_best for s, r in results.items() if s != NULL)
+    met = worst_false <= 0.05 and pick_gap >= -0.03 and worst_compute <= 0.5
+    return (f"target {'MET' if met else 'NOT MET'} for sequential vs fixed12: false winners {worst_false:.3f} (worst setting) "
+            f"vs <= 0.05; picked_best minus fixed12's {pick_gap:+.3f} (worst setting) vs >= -0.03; "
+            f"compute {worst_compute:.3f} of fixed12's (worst setting) vs <= 0.5")
 
 
 def summary_json(results: dict[str, dict[str, Metrics]]) -> str:
@@ -392,6 +479,9 @@ def summary_json(results: dict[str, dict[str, Metrics]]) -> str:
                 "best_kept": round(results[HEADLINE][method].best_kept, 4),
                 "false_winner": round(results[HEADLINE][method].false_winner, 4),
                 "null_correct": round(results[NULL][method].null_correct, 4),
+                "picked_best": round(results[HEADLINE][method].picked_best, 4),
+                "worst_false_winner": round(max(r[method].false_winner for r in results.values()), 4),
+                "worst_compute_frac": round(max(r[method].compute_frac for r in results.values()), 4),
             }
             for method in METHODS
         }

@@ -155,6 +155,8 @@ def test_script_ends_with_the_json_summary(bench, capsys):
     summary = json.loads(lines[-1])
     assert list(summary) == list(bench.METHODS)
     for values in summary.values():
-        assert set(values) == {"compute_frac", "best_kept", "false_winner", "null_correct"}
-    assert summary["grid"]["compute_frac"] == 1.0
+        assert set(values) == {"compute_frac", "best_kept", "false_winner", "null_correct", "picked_best",
+                               "worst_false_winner", "worst_compute_frac"}
+    assert summary["grid"]["compute_frac"] == 1.0 and summary["fixed12"]["compute_frac"] == 1.0
+    assert any(line.startswith("target ") and "for sequential vs fixed12" in line for line in lines)
     assert any(line.startswith("| one_winner | paired_asha |") for line in lines)
