@@ -13,8 +13,10 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize
 from scipy import stats
+from statsmodels.stats.multitest import multipletests
 
 from tune_dfrl.backend import BenchmarkInfo
+from tune_dfrl import render
 from tune_dfrl.report import _main, analyze, default_control, write_report
 from tune_dfrl.scores import BenchmarkSet, ScoreTable, load_csv, load_results
 
@@ -63,6 +65,13 @@ def independent_method_means() -> pd.DataFrame:
     return per_run.groupby("method").mean()
 
 
+def independent_db_by_seed() -> pd.DataFrame:
+    """db score [method x seed] of the main 7B slice, from the study's definition."""
+    runs = pd.read_csv(DATAFLEX_CSV).query("campaign == 'main' and model == 'Qwen2.5-7B-Instruct'")
+    db = pd.DataFrame({d: runs[cols].mean(axis=1) for d, cols in DOMAINS.items()}).mean(axis=1)
+    return runs.assign(db=db).pivot(index="method", columns="seed", values="db")
+
+
 def test_reference_rank_correlations_and_ranges(dataflex_summary):
     s = dataflex_summary
     assert s["seeds"] == [1, 2, 3] and len(s["arms"]) == 8 and not s["excluded"]
@@ -86,11 +95,42 @@ def test_dataflex_table_verdicts_and_recommendation(dataflex_summary):
     s = dataflex_summary
     assert set(s["verdicts"].values()) == {"inconclusive"}  # 3 seeds, 8 arms: nothing credible on db
     rec = s["recommendation"]
-    assert (rec["recommended"], rec["is_control"], rec["point_best"]) == ("baseline", True, "gfpo")
-    assert rec["seeds_needed"] == max(a["db"]["seeds_needed"] for a in s["arms"].values())
-    assert s["winner_flip_rate"]["db"] is None  # k = 3 of 3 seeds is no subset
-    assert any("winner-flip rate needs more than flip_k=3 seeds" in n for n in s["notes"])
+    assert (rec["recommended"], rec["is_control"], rec["point_best"]) == ("baseline", True, ["gfpo"])
+    for figure in ("seeds_to_detect", "seeds_for_equivalence"):  # every arm is still open
+        assert rec[figure] == max(a["db"][figure] for a in s["arms"].values())
+    assert rec["seeds_for_equivalence"] < rec["seeds_to_detect"]  # TOST at alpha vs the t-test at alpha / 8
     assert sum(s["prob_best"]["db"].values()) == pytest.approx(1.0)
+
+
+def test_winner_flip_rate_adapts_its_subset_size_to_three_seeds(dataflex_summary, tmp_path):
+    """3 seeds cannot hold a subset of flip_k=3: subsets of 2 (all C(3, 2) = 3), said in the notes and the table."""
+    s = dataflex_summary
+    assert (s["flip_k"], s["flip_k_used"], s["flip_subsets"]) == (3, 2, 3)
+    db = independent_db_by_seed()
+    winner = db.mean(axis=1).idxmax()
+    pairs = [[1, 2], [1, 3], [2, 3]]
+    flipped = np.mean([db[pair].mean(axis=1).idxmax() != winner for pair in pairs])  # no ties in these data
+    assert s["winner_flip_rate"]["db"] == pytest.approx(flipped)
+    assert "winner-flip rate over subsets of 2 of the 3 seeds shared by all arms (flip_k=3 needs more than 3 seeds)" in s["notes"]
+    table = load_csv(DATAFLEX_CSV, filters=MAIN_7B)
+    write_report(s, table, tmp_path)
+    assert "| winner-flip rate (subsets of 2 seeds, 3 subsets) |" in (tmp_path / "report.md").read_text()
+
+
+def test_leave_out_verdicts_use_the_main_holm_family():
+    """Without gsm8k, gfpo's item-weighted p is 0.0062: Holm p 0.049 in a family of 8, but 0.247 in the search's 40."""
+    table = load_csv(DATAFLEX_CSV, filters=MAIN_7B)
+    alone = analyze(table, "baseline", aggregations=["item"])["robustness"]["item"]["lobo"]["left_out"]["gsm8k"]
+    assert alone["verdict_changes"] == {"gfpo": "inconclusive -> better"}
+    in_search = analyze(table, "baseline", aggregations=["item"], family_size=40)
+    assert in_search["holm_family"] == 40 and in_search["arms"]["gfpo"]["item"]["level"] == pytest.approx(1 - 0.05 / 40)
+    assert "gfpo" not in in_search["robustness"]["item"]["lobo"]["left_out"]["gsm8k"]["verdict_changes"]
+    runs = pd.read_csv(DATAFLEX_CSV).query("campaign == 'main' and model == 'Qwen2.5-7B-Instruct'")
+    kept = {b: n for b, n in ITEMS.items() if b != "gsm8k"}
+    item = runs.assign(score=(runs[list(kept)] * pd.Series(kept)).sum(axis=1) / sum(kept.values()))
+    by_seed = item.pivot(index="method", columns="seed", values="score")
+    p = [stats.ttest_rel(by_seed.loc[a], by_seed.loc["baseline"]).pvalue for a in by_seed.index if a != "baseline"]
+    assert multipletests(p + [1.0] * 32, method="holm")[1][by_seed.index.drop("baseline").get_loc("gfpo")] == pytest.approx(0.2465, abs=1e-4)
 
 
 def test_command_on_dataflex_table(tmp_path):
@@ -122,6 +162,40 @@ def test_command_errors_name_the_problem(tmp_path):
         _main(report_config([f"out={tmp_path}"]))
     with pytest.raises(ValueError, match="filter.campaign=nope matches no row|filter campaign=nope matches no row"):
         _main(report_config([f"runs={DATAFLEX_CSV}", "+filter.campaign=nope", f"out={tmp_path}"]))
+
+
+def test_bad_report_input_is_a_clear_error_naming_it(tmp_path):
+    """Malformed benchmark metadata, a long CSV whose score column is misspelt, aggregations=db without brackets."""
+    csv = tmp_path / "long.csv"
+    csv.write_text("arm,seed,benchmark,scroe\nbaseline,1,m1,50\n")
+    bad_yaml = tmp_path / "bench.yaml"
+    bad_yaml.write_text("benchmarks: [{name: m1, domain: math, items: 100}\n")
+    with pytest.raises(ValueError, match=r"bench.yaml is not valid YAML/JSON: .*line"):
+        _main(report_config([f"runs={csv}", f"benchmarks={bad_yaml}", f"out={tmp_path / 'out'}"]))
+    bad_yaml.write_text("benchmarks: {m1: math}\n")
+    with pytest.raises(ValueError, match=r"bench.yaml: 'benchmarks' must be a list of \{name, domain, items\} records"):
+        _main(report_config([f"runs={csv}", f"benchmarks={bad_yaml}", f"out={tmp_path / 'out'}"]))
+    bad_yaml.write_text("benchmarks: [{name: m1, domain: math, items: many}]\n")
+    with pytest.raises(ValueError, match=r"benchmark 'm1': item count must be a positive integer; got 'many'"):
+        _main(report_config([f"runs={csv}", f"benchmarks={bad_yaml}", f"out={tmp_path / 'out'}"]))
+    bad_yaml.write_text(json.dumps([{"name": b.name, "domain": b.domain, "items": b.items} for b in BENCH.benchmarks]))
+    with pytest.raises(ValueError, match=r"no 'score' column \(is 'scroe' meant to be 'score'\?\)"):
+        _main(report_config([f"runs={csv}", f"benchmarks={bad_yaml}", f"out={tmp_path / 'out'}"]))
+    with pytest.raises(ValueError, match=r"aggregations=db is one string, not a list; write aggregations=\[db\]"):
+        _main(report_config([f"runs={csv}", "aggregations=db", f"out={tmp_path / 'out'}"]))
+    assert not (tmp_path / "out").exists()
+
+
+def test_command_bad_input_exits_2_with_an_error_line(tmp_path):
+    bad_yaml = tmp_path / "bench.yaml"
+    bad_yaml.write_text("benchmarks: [name: x\n")
+    for option in (f"benchmarks={bad_yaml}", "aggregations=db", "aggregations=[db,efficiency]"):
+        done = subprocess.run([sys.executable, "-m", "tune_dfrl.report", f"runs={DATAFLEX_CSV}", "filter.campaign=main",
+                               "filter.model=Qwen2.5-7B-Instruct", option, f"out={tmp_path / 'out'}"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr, done.stderr
+    assert "'efficiency' needs response lengths" in done.stderr and "allowed: db, macro, item, math_heavy\n" in done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 # ------------------------------------------------------------------------- synthetic tables
@@ -170,6 +244,74 @@ def test_exclusions_are_reported_not_silent():
         analyze(table_of({k: v for k, v in runs.items() if k[0] in ("baseline", "lonely")}), "baseline")
 
 
+def test_an_excluded_arm_stays_in_the_holm_family():
+    """DESIGN §7: the family is the search. 'single' (one paired seed) is excluded from the comparison, not from the family."""
+    seeds = range(1, 7)
+    runs = {("baseline", s): 50.0 for s in seeds} | {("a", s): 53.0 + 0.2 * (s % 2) for s in seeds}
+    runs |= {("b", s): 50.0 + 0.3 * (s % 3) for s in seeds} | {("single", 1): 55.0}
+    summary = analyze(table_of(runs, noise=0.1), "baseline")
+    assert set(summary["arms"]) == {"a", "b"} and "single" in summary["excluded"]
+    assert summary["holm_family"] == 3
+    assert summary["arms"]["a"]["db"]["level"] == pytest.approx(1 - 0.05 / 3)  # first Holm step of 3, not of 2
+    assert summary["arms"]["a"]["db"]["common_level"] == pytest.approx(1 - 0.05 / 3)
+    assert any("excluded arm 'single'" in n and "stays in the Holm family" in n for n in summary["notes"])
+    assert analyze(table_of(runs, noise=0.1), "baseline", family_size=5)["holm_family"] == 5  # a search's own count wins when larger
+
+
+def test_mean_and_delta_name_the_seeds_they_use(tmp_path):
+    """'a' lacks control seed 2: its mean and Δ both use seeds 1, 3, 4, and the report says so."""
+    runs = {("baseline", s): 50.0 + 3 * s for s in (1, 2, 3, 4)}
+    runs |= {("a", s): 51.0 + 3 * s + 0.1 * s * s for s in (1, 3, 4)}
+    table = table_of(runs)
+    summary = analyze(table, "baseline")
+    a = summary["arms"]["a"]["db"]
+    assert a["seeds"] == [1, 3, 4] and a["n"] == 3
+    db = table.frame.assign(w=table.frame["benchmark"].map({"m1": 0.25, "m2": 0.25, "l1": 0.5}))
+    db = db.assign(s=db["score"] * db["w"]).groupby(["arm", "seed"])["s"].sum()
+    assert a["mean"] == pytest.approx(db["a"].mean()) and a["control_mean"] == pytest.approx(db["baseline"][[1, 3, 4]].mean())
+    assert a["mean"] - a["control_mean"] == pytest.approx(a["delta"])
+    assert summary["control_mean"]["db"] == pytest.approx(db["baseline"].mean())  # the control row: all its seeds
+    write_report(summary, table, tmp_path)
+    text = (tmp_path / "report.md").read_text()
+    assert "| a | " in text and " | 3 (1, 3, 4) | " in text and "`seeds`: the seeds an arm's mean and Δ both use" in text
+
+
+def test_forest_plot_spans_and_draws_the_intervals_that_decide(tmp_path, monkeypatch):
+    """Holm-adjusted (thin) and 90% TOST (thick) intervals drawn and inside the axes; the BCa interval is not drawn."""
+    seeds = range(1, 5)
+    runs = {("baseline", s): 50.0 for s in seeds} | {("wide", s): 50.5 + 1.5 * (-1) ** s for s in seeds}
+    runs |= {(f"n{i}", s): 50.0 + 0.2 * i * (-1) ** s for i in range(1, 6) for s in seeds}
+    summary = analyze(table_of(runs, noise=0.1), "baseline", aggregations=["db"])
+    wide = summary["arms"]["wide"]["db"]
+    assert wide["ci_high"] - wide["ci_low"] > 1.5 * (wide["t_high"] - wide["t_low"])  # Holm level 99.17% at 3 df
+    figures = []
+    monkeypatch.setattr(render.plt, "close", figures.append)
+    render.forest_plot(summary, tmp_path / "forest.png")
+    [ax] = figures[0].axes
+    low, high = ax.get_xlim()
+    drawn = {(round(line.get_xdata()[0], 9), round(line.get_xdata()[-1], 9), line.get_linewidth()) for line in ax.lines}
+    assert low < wide["ci_low"] and wide["ci_high"] < high
+    assert (round(wide["ci_low"], 9), round(wide["ci_high"], 9), 1) in drawn
+    assert (round(wide["eq_low"], 9), round(wide["eq_high"], 9), 5) in drawn
+    assert not any(round(wide["bca_low"], 9) in (x0, x1) for x0, x1, _ in drawn)
+    text = "\n".join(p for section in render.sections(summary, table_of(runs), {"forest": tmp_path / "forest.png"})
+                     for p in section.paragraphs)
+    assert "BCa intervals are reported, never deciding" in text and "72% at 3 seeds" in text
+    assert "BCa 95% CI (nominal)" in render.verdict_table(summary, "db").columns
+
+
+def test_an_unbounded_interval_is_drawn_and_written(tmp_path):
+    """The same shift at each of 3 seeds: no claim (exact floor 0.25); the intervals are (−∞, +∞), drawn to the edges."""
+    runs = {("baseline", s): 50.0 for s in (1, 2, 3)} | {("flat", s): 50.3 for s in (1, 2, 3)}
+    runs |= {("b", s): 50.0 + s for s in (1, 2, 3)}
+    table = table_of(runs, noise=0.0)
+    summary = analyze(table, "baseline", aggregations=["db"])
+    flat = summary["arms"]["flat"]["db"]
+    assert flat["exact"] and flat["p"] == 0.25 and flat["ci_low"] is None and flat["verdict"] == "inconclusive"
+    paths = write_report(summary, table, tmp_path)
+    assert "| flat | " in paths["markdown"].read_text() and "(−∞, +∞) (97.50%)" in paths["markdown"].read_text()
+
+
 def _two_benchmark_table(logic_chars: float) -> ScoreTable:
     """math scores differ between arms; logic runs answer nothing correct with `logic_chars` characters."""
     bench = BenchmarkSet((BenchmarkInfo("m1", "math", 100), BenchmarkInfo("l1", "logic", 100)))
@@ -206,6 +348,9 @@ def test_analyze_bad_arguments():
         analyze(table, "baseline", aggregations=["db", "median"])
     with pytest.raises(ValueError, match="needs response lengths"):
         analyze(table, "baseline", aggregations=["efficiency"])
+    with pytest.raises(ValueError, match="flip_k .* must be an integer >= 1; got 0"):
+        analyze(table, "baseline", flip_k=0)
+    assert analyze(table, "baseline", aggregations="macro")["aggregations"] == ["macro"]  # one name is understood
     assert default_control(table) == "baseline"
 
 

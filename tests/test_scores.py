@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tune_dfrl.aggregate import aggregate, check_aggregations, default_aggregations, weights
+from tune_dfrl.aggregate import aggregate, aggregation_list, check_aggregations, default_aggregations, weights
 from tune_dfrl.backend import BenchmarkInfo
 from tune_dfrl.scores import BenchmarkSet, ScoreTable, dataflex_benchmarks, load_csv, load_mlflow, load_results
 
@@ -54,10 +54,15 @@ def test_aggregates_are_vectorised_over_runs():
 def test_aggregation_names_checked():
     assert default_aggregations(TINY, has_lengths=False) == ["db", "macro", "item", "pair"]
     assert default_aggregations(TINY, has_lengths=True)[-1] == "efficiency"
-    with pytest.raises(ValueError, match=r"unknown aggregations \['dbb'\]; allowed: db, macro, item, pair, efficiency"):
-        check_aggregations(["dbb"], TINY, False)
-    with pytest.raises(ValueError, match="needs response lengths"):
+    with pytest.raises(ValueError, match=r"unknown aggregations \['dbb'\]; allowed: db, macro, item, pair$"):
+        check_aggregations(["dbb"], TINY, False)  # efficiency is not offered without lengths
+    with pytest.raises(ValueError, match=r"unknown aggregations \['dbb'\]; allowed: db, macro, item, pair, efficiency$"):
+        check_aggregations(["dbb"], TINY, True)
+    with pytest.raises(ValueError, match="needs response lengths .* lacks; allowed: db, macro, item, pair$"):
         check_aggregations(["db", "efficiency"], TINY, False)
+    assert aggregation_list("db") == ["db"] and aggregation_list(("db", "pair")) == ["db", "pair"] and aggregation_list(None) == []
+    with pytest.raises(ValueError, match=r"aggregations must be names"):
+        aggregation_list([1, 2])
 
 
 # ------------------------------------------------------------------------- metadata
@@ -84,6 +89,26 @@ def test_benchmark_set_errors():
         BenchmarkSet(TINY.benchmarks + (BenchmarkInfo("m1", "math", 5),))
     with pytest.raises(ValueError, match="positive integer"):
         BenchmarkSet((BenchmarkInfo("m1", "math", 0),))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("benchmarks: [{name: m1, domain: math, items: 100}\n", r"is not valid YAML/JSON: .*line 2"),
+    ("just a string\n", r"needs a 'benchmarks' list; got 'just a string'"),
+    ("benchmarks: {m1: math}\n", r"'benchmarks' must be a list of \{name, domain, items\} records"),
+    ("benchmarks: [m1, m2]\n", r"benchmark record 'm1' is not a mapping"),
+    ("benchmarks: [{name: m1, domain: math}]\n", r"lacks \['items'\]"),
+    ("benchmarks: [{name: m1, domain: math, items: 2.5}]\n", r"benchmark 'm1': item count must be a positive integer; got 2.5"),
+    ("benchmarks: [{name: m1, domain: math, items: 5}]\nsubsets: {s: m1}\n", r"'subsets' must map each subset name to a list"),
+])
+def test_malformed_benchmark_files_name_the_file_and_the_problem(tmp_path, text, message):
+    path = write(tmp_path / "bench.yaml", text)
+    with pytest.raises(ValueError, match=f"benchmark metadata {re.escape(str(path))}.*{message}"):
+        BenchmarkSet.from_file(path)
+
+
+def test_missing_benchmark_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="benchmark metadata .*nope.yaml: no such file"):
+        BenchmarkSet.from_file(tmp_path / "nope.yaml")
 
 
 # ------------------------------------------------------------------------------- tables
@@ -161,6 +186,10 @@ def test_csv_bad_input_errors(tmp_path):
         load_csv(tmp_path / "w.csv", TINY, {"method": "zz"})
     with pytest.raises(ValueError, match="needs a 'seed' column"):
         load_csv(write(tmp_path / "noseed.csv", WIDE.replace("seed", "sd")), TINY)
+    with pytest.raises(ValueError, match=r"long table .* no 'score' column \(is 'Score ' meant to be 'score'\?\); columns: arm, seed, benchmark, Score "):
+        load_csv(write(tmp_path / "long.csv", "arm,seed,benchmark,Score \nctl,1,m1,50\n"), TINY)
+    with pytest.raises(ValueError, match=r"no 'score' column; columns: arm, seed, benchmark, accuracy$"):
+        load_csv(write(tmp_path / "long.csv", "arm,seed,benchmark,accuracy\nctl,1,m1,50\n"), TINY)
 
 
 def test_csv_filter_keeps_the_slice_and_ignores_bad_cells_outside_it(tmp_path):

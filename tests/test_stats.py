@@ -18,6 +18,8 @@ from tune_dfrl.stats import (
     prob_best,
     rank_agreement,
     recommend,
+    t_power,
+    tost_power,
     winner_flip_rate,
 )
 
@@ -95,12 +97,32 @@ def test_adjusted_interval_excludes_zero_exactly_when_p_holm_below_alpha():
     assert seen == {True, False}
 
 
-def test_verdict_boundaries_zero_variance():
-    assert one([0.0, 0.0, 0.0]).verdict == "equivalent"
-    assert one([0.3, 0.3, 0.3]).verdict == "better"  # credibly better though within the margin: better wins
-    assert one([-2.0, -2.0, -2.0]).verdict == "worse"
-    assert one([1.0, 1.0, 1.0], delta=1.0).verdict == "better"
-    assert one([0.0, 0.0, 0.0]).p == 1.0 and one([0.3, 0.3, 0.3]).p == 0.0
+def same_shift(seeds: int, shift: float) -> dict:
+    """Control scores at `seeds` seeds and an arm shifted by `shift` at every one (float rounding makes sd ~1e-15)."""
+    control = np.array([47.3, 71.1, 29.9, 53.7, 14.1, 90.3, 48.9, 52.2, 46.6, 51.7, 49.4, 45.8])[:seeds]
+    return {"control": control, "arms": {"arm": control + shift}}
+
+
+def test_zero_spread_is_judged_by_the_exact_sign_flip_test():
+    """The same shift at every seed: the t-test would divide by a rounding error; the exact test's floor bounds the claim."""
+    three = paired_verdicts(**same_shift(3, 0.3))["arm"]
+    assert 0 < three.sd < 1e-13  # float rounding, not a real spread
+    assert (three.exact, three.p, three.tost_p) == (True, 0.25, 0.125)  # sign-flip floors 2^(1-3), 2^-3
+    assert three.verdict == "inconclusive" and (three.ci_low, three.ci_high) == (-np.inf, np.inf)
+    assert one([0.0, 0.0, 0.0]).verdict == "inconclusive"  # 2^-3 = 0.125 > alpha: TOST cannot show equivalence
+    five = paired_verdicts(**same_shift(5, 0.0))["arm"]
+    assert five.verdict == "equivalent" and five.p == 1.0 and five.tost_p == 2.0**-5 and five.eq_low == five.eq_high == 0.0
+    six = paired_verdicts(**same_shift(6, 0.3))["arm"]
+    assert six.verdict == "better" and six.p == 2.0**-5 and six.ci_low == six.ci_high == pytest.approx(0.3)
+    assert paired_verdicts(**same_shift(6, -2.0))["arm"].verdict == "worse"
+    in_family = paired_verdicts(**same_shift(6, 0.3), family_size=2)["arm"]  # 2^-5 > 0.05 / 2
+    assert in_family.verdict == "equivalent" and in_family.p_holm == pytest.approx(2 * 2.0**-5)  # TOST: 2^-6 < 0.05
+    d = same_shift(6, 0.3)
+    permutation = paired_verdicts(**d, bootstrap=True, rng=np.random.default_rng(0))["arm"].p_perm
+    assert permutation == pytest.approx(six.p)  # the same value scipy's exact permutation test gives
+    assert recommend(paired_verdicts(**same_shift(3, 0.3)), "ctl")["point_best"] == ["arm"]
+    spread = one([0.3, 0.3 + 1e-6, 0.3])  # a real (if tiny) spread stays with the t-test
+    assert not spread.exact and spread.p < 1e-6
 
 
 def boundary_diffs(target_mean: float) -> np.ndarray:
@@ -190,14 +212,45 @@ def noncentral_power(effect: float, n: int, alpha: float = 0.05) -> float:
     return stats.nct.sf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc)
 
 
+def verdict_with_sd(sd: float, n: int) -> object:
+    """The verdict of an arm whose n paired differences have mean 0.2 and standard deviation sd."""
+    return paired_verdicts(np.full(n, 50.0), {"arm": 50.2 + sd * standardized(n)})["arm"]
+
+
+def test_t_power_matches_the_noncentral_t_and_statsmodels():
+    for effect, n, alpha in [(1 / 1.7, 25, 0.05), (0.5, 6, 0.05 / 8), (2.0, 3, 0.05), (0.2, 200, 0.01)]:
+        assert t_power(effect, n, alpha) == pytest.approx(noncentral_power(effect, n, alpha), abs=1e-6)
+        assert t_power(effect, n, alpha) == pytest.approx(TTestPower().power(effect, n, alpha), abs=1e-6)
+
+
+def test_tost_power_matches_simulated_tost():
+    """TOST decisions on simulated normal paired differences (true Δ 0) against the power integral."""
+    rng = np.random.default_rng(11)
+    for margin_sd, n in [(1 / 1.7, 20), (0.8, 8), (1.5, 4)]:
+        d = rng.normal(0.0, 1.0, (40_000, n))
+        mean, se = d.mean(axis=1), d.std(axis=1, ddof=1) / np.sqrt(n)
+        crit = stats.t.ppf(0.95, n - 1)
+        simulated = np.mean((mean - crit * se > -margin_sd) & (mean + crit * se < margin_sd))
+        assert tost_power(margin_sd, n, 0.05) == pytest.approx(simulated, abs=4 * np.sqrt(0.25 / 40_000))
+
+
 def test_power_figures():
     sd, n = 1.7, 6
-    mde, needed = power_figures(sd, n, delta=1.0)
-    assert noncentral_power(mde / sd, n) == pytest.approx(0.8, abs=1e-4)
+    v = verdict_with_sd(sd, n)
+    figures = power_figures(v, delta=1.0)  # one arm: detection at alpha
+    assert noncentral_power(figures["mde"] / sd, n) == pytest.approx(0.8, abs=1e-4)
+    needed = figures["seeds_to_detect"]
     assert noncentral_power(1.0 / sd, needed) >= 0.8 > noncentral_power(1.0 / sd, needed - 1)
     assert needed == 25  # ~ (1.96 + 0.84)^2 * 1.7^2 + 2 by the normal approximation
-    assert TTestPower().power(1.0 / sd, needed, 0.05) >= 0.8
-    assert power_figures(0.0, 3, 1.0) == (0.0, 2)
+    equivalence = figures["seeds_for_equivalence"]
+    assert tost_power(1.0 / sd, equivalence, 0.05) >= 0.8 > tost_power(1.0 / sd, equivalence - 1, 0.05)
+    assert equivalence == 27  # ~ (1.645 + 1.28)^2 * 1.7^2 + 2 by the normal approximation
+    in_family = power_figures(v, delta=1.0, family=8)  # detection at Holm's first step, 0.05 / 8
+    assert noncentral_power(in_family["mde"] / sd, n, 0.05 / 8) == pytest.approx(0.8, abs=1e-4)
+    assert in_family["seeds_to_detect"] > needed and in_family["seeds_for_equivalence"] == equivalence
+    flat = paired_verdicts(**same_shift(3, 0.3))["arm"]  # no spread: the sign-flip floor decides
+    assert power_figures(flat, 1.0) == {"mde": np.inf, "seeds_to_detect": 6, "seeds_for_equivalence": 5}
+    assert power_figures(flat, 1.0, family=8)["seeds_to_detect"] == 9  # 2^-8 < 0.05 / 8 <= 2^-7
 
 
 def test_recommend_highest_lower_bound_never_point_best():
@@ -206,12 +259,45 @@ def test_recommend_highest_lower_bound_never_point_best():
     arms = {"tight": control + 2.0 + 0.2 * base, "wide": control + 3.0 + 2.0 * base, "lucky": control + 5.0 + 9 * base}
     verdicts = paired_verdicts(control, arms)
     assert [verdicts[a].verdict for a in arms] == ["better", "better", "inconclusive"]
-    assert verdicts["tight"].ci_low > verdicts["wide"].ci_low
+    assert verdicts["tight"].common_low > verdicts["wide"].common_low
     rec = recommend(verdicts, "ctl")
-    assert (rec["recommended"], rec["is_control"], rec["point_best"]) == ("tight", False, "lucky")
-    nothing = recommend({"lucky": verdicts["lucky"]}, "ctl", seeds_needed=40)
-    assert (nothing["recommended"], nothing["is_control"], nothing["seeds_needed"]) == ("ctl", True, 40)
-    assert "about 40 paired seeds" in nothing["reason"]
+    assert (rec["recommended"], rec["is_control"], rec["point_best"]) == ("tight", False, ["lucky"])
+    nothing = recommend({"lucky": verdicts["lucky"]}, "ctl", margin=1.0, seeds_to_detect=60, seeds_for_equivalence=40)
+    assert (nothing["recommended"], nothing["is_control"], nothing["seeds_for_equivalence"]) == ("ctl", True, 40)
+    assert "about 40 paired seeds per arm would show equivalence within ±1 with 80% power (TOST" in nothing["reason"]
+    assert "about 60 would detect a true Δ of +1 with 80% power (paired t-test at α/m = 0.0167)" in nothing["reason"]  # m = 3
+
+
+def standardized(n: int, shift: int = 0) -> np.ndarray:
+    """n values with mean 0 and sd 1 (ddof 1), rotated by `shift`."""
+    z = np.roll(np.linspace(-1.0, 1.0, n), shift)
+    return z / np.std(z, ddof=1)
+
+
+def test_selection_compares_lower_bounds_at_one_common_level():
+    """The audit's case: A (Δ 2.0, p 3.5e-5) is tested first by Holm at 97.5%, B (Δ 2.3, p 3.4e-4) second at 95%.
+    B's 95% bound (1.31) beats A's 97.5% bound (1.22), yet A's bound is higher at either common level."""
+    control = np.linspace(45.0, 55.0, 12)
+    verdicts = paired_verdicts(control, {"A": control + 2.0 + 1.038 * standardized(12),
+                                         "B": control + 2.3 + 1.560 * standardized(12, 5)})
+    a, b = verdicts["A"], verdicts["B"]
+    assert (a.p, b.p) == (pytest.approx(3.5e-5, rel=0.02), pytest.approx(3.4e-4, rel=0.02))
+    assert (a.level, b.level) == (pytest.approx(0.975), pytest.approx(0.95)) and a.verdict == b.verdict == "better"
+    assert (a.ci_low, b.ci_low) == (pytest.approx(1.22, abs=0.01), pytest.approx(1.31, abs=0.01))  # B wins on these
+    assert a.t_low > b.t_low  # at the common 95% level A is higher ...
+    assert a.common_level == b.common_level == pytest.approx(0.975) and a.common_low > b.common_low  # ... and at 97.5%
+    rec = recommend(verdicts, "ctl")
+    assert rec["recommended"] == "A" and rec["common_low"] == pytest.approx(a.common_low)
+    assert "common level 97.50%" in rec["reason"]
+
+
+def test_point_best_lists_every_tied_arm_and_the_control():
+    control = np.array([50.0, 52.0, 47.0, 55.0])
+    d = np.array([1.0, -1.0, 2.0, -0.5])
+    tied = paired_verdicts(control, {"a": control + d, "b": control + d[::-1], "c": control - 1.0 + d})
+    assert recommend(tied, "ctl")["point_best"] == ["a", "b"]  # the same mean Δ (0.375): no single point-best
+    below = paired_verdicts(control, {"c": control - 1.0 + d})
+    assert recommend(below, "ctl")["point_best"] == ["ctl"]
 
 
 def test_prob_best_hand_computed_and_joint():

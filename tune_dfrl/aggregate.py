@@ -28,14 +28,29 @@ def default_aggregations(bench: BenchmarkSet, has_lengths: bool) -> list[str]:
     return ["db", "macro", "item", *bench.subsets, *(["efficiency"] if has_lengths else [])]
 
 
+def aggregation_list(names: Collection[str] | str | None) -> list[str]:
+    """Aggregation names as a list: a single name ("db", e.g. `aggregations=db` on the command line) or a
+    sequence of names; None or empty gives []. Anything else is an error naming what was given."""
+    if names is None:
+        return []
+    if isinstance(names, str):
+        return [names]
+    names = list(names)
+    if not all(isinstance(n, str) for n in names):
+        raise ValueError(f"aggregations must be names, e.g. [db,macro]; got {names}")
+    return names
+
+
 def check_aggregations(names: list[str], bench: BenchmarkSet, has_lengths: bool) -> None:
-    """Raise ValueError naming any aggregation that is unknown or (efficiency) lacks lengths."""
-    allowed = default_aggregations(bench, True)
+    """Raise ValueError naming any aggregation that is unknown or (efficiency) lacks lengths; the allowed
+    names listed are the ones this table offers (efficiency only with response lengths)."""
+    if "efficiency" in names and not has_lengths:
+        raise ValueError("aggregation 'efficiency' needs response lengths (length_chars), which this score table lacks; "
+                         f"allowed: {', '.join(default_aggregations(bench, has_lengths))}")
+    allowed = default_aggregations(bench, has_lengths)
     unknown = [n for n in names if n not in allowed]
     if unknown:
         raise ValueError(f"unknown aggregations {unknown}; allowed: {', '.join(allowed)}")
-    if "efficiency" in names and not has_lengths:
-        raise ValueError("aggregation 'efficiency' needs response lengths (length_chars), which this score table lacks")
     if len(set(names)) != len(names) or not names:
         raise ValueError(f"aggregations must be a non-empty list without repeats; got {names}")
 

@@ -2,7 +2,7 @@
 
 Markdown, self-contained HTML (figures embedded as base64 PNG) and the rich console summary
 share one document model: sections of paragraphs, tables and figures. Figures: a forest plot of
-the paired deltas with their intervals per arm and aggregation, and, when the table has
+the paired deltas with the intervals that decide per arm and aggregation, and, when the table has
 milestones, learning curves of the paired delta vs training step.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,32 +48,61 @@ def _num(value: float | None, spec: str = "+.2f") -> str:
     return "—" if value is None else format(value, spec)
 
 
-def _interval(low: float | None, high: float | None) -> str:
-    return "—" if low is None or high is None else f"[{low:+.2f}, {high:+.2f}]"
+def _interval(low: float | None, high: float | None, missing: str = "—") -> str:
+    """[low, high], or `missing` when the ends are None (undefined; for a deciding interval: unbounded)."""
+    return missing if low is None or high is None else f"[{low:+.2f}, {high:+.2f}]"
+
+
+UNBOUNDED = "(−∞, +∞)"  # a deciding interval of an arm without spread at too few seeds (exact sign-flip test)
+
+
+def _seeds_cell(s: dict, control_seeds: list[int]) -> str:
+    """n, and the seeds themselves when the arm lacks some of the control's."""
+    return str(s["n"]) if s["seeds"] == control_seeds else f"{s['n']} ({', '.join(map(str, s['seeds']))})"
 
 
 def verdict_table(summary: dict, name: str, compact: bool = False) -> Table:
     """Control and arms (best mean first) under one aggregation."""
     control = summary["control"]
-    alpha = summary["alpha"]
-    full = ["arm", "mean", "Δ", "Holm CI (level)", f"t {1 - alpha:.0%} CI", f"BCa {1 - alpha:.0%} CI", "p", "p Holm",
-            "p perm", "p perm Holm", "TOST p", "MDE", f"seeds for ±{summary['equivalence_margin']:g}", "verdict"]
-    short = ["arm", "mean", "Δ", "Holm CI (level)", f"t {1 - alpha:.0%} CI", "p Holm", "verdict"]
+    alpha, margin = summary["alpha"], summary["equivalence_margin"]
+    t_ci, eq_ci, bca_ci = f"t {1 - alpha:.0%} CI", f"TOST {1 - 2 * alpha:.0%} CI", f"BCa {1 - alpha:.0%} CI (nominal)"
+    detect, equivalence = f"seeds to detect +{margin:g}", f"seeds for ±{margin:g} equivalence"
+    full = ["arm", "mean", "Δ", "seeds", "Holm CI (level)", t_ci, eq_ci, bca_ci, "p", "p Holm", "p perm", "p perm Holm",
+            "TOST p", "MDE", detect, equivalence, "verdict"]
+    short = ["arm", "mean", "Δ", "Holm CI (level)", t_ci, "p Holm", "verdict"]
     rows = []
     for arm in summary["ranking"][name]:
         if arm == control:
-            cells = {"arm": f"{arm} (control)", "mean": _num(summary["means"][name][arm], ".2f")}
+            cells = {"arm": f"{arm} (control)", "mean": _num(summary["means"][name][arm], ".2f"), "seeds": str(len(summary["seeds"]))}
         else:
             s = summary["arms"][arm][name]
-            cells = {"arm": arm, "mean": _num(s["mean"], ".2f"), "Δ": _num(s["delta"]),
-                     "Holm CI (level)": f"{_interval(s['ci_low'], s['ci_high'])} ({s['level']:.2%})",
-                     full[4]: _interval(s["t_low"], s["t_high"]), full[5]: _interval(s["bca_low"], s["bca_high"]),
-                     "p": _num(s["p"], ".3f"), "p Holm": _num(s["p_holm"], ".3f"), "p perm": _num(s["p_perm"], ".3f"),
-                     "p perm Holm": _num(s["p_perm_holm"], ".3f"), "TOST p": _num(s["tost_p"], ".3f"),
-                     "MDE": _num(s["mde"], ".2f"), full[12]: str(s["seeds_needed"]), "verdict": s["verdict"]}
+            cells = {"arm": arm, "mean": _num(s["mean"], ".2f"), "Δ": _num(s["delta"]), "seeds": _seeds_cell(s, summary["seeds"]),
+                     "Holm CI (level)": f"{_interval(s['ci_low'], s['ci_high'], UNBOUNDED)} ({s['level']:.2%})",
+                     t_ci: _interval(s["t_low"], s["t_high"], UNBOUNDED), eq_ci: _interval(s["eq_low"], s["eq_high"], UNBOUNDED),
+                     bca_ci: _interval(s["bca_low"], s["bca_high"]), "p": _num(s["p"], ".3g"), "p Holm": _num(s["p_holm"], ".3g"),
+                     "p perm": _num(s["p_perm"], ".3g"), "p perm Holm": _num(s["p_perm_holm"], ".3g"),
+                     "TOST p": _num(s["tost_p"], ".3g"), "MDE": _num(s["mde"], ".2f") if s["mde"] is not None else "∞",
+                     detect: str(s["seeds_to_detect"]), equivalence: str(s["seeds_for_equivalence"]), "verdict": s["verdict"]}
         columns = short if compact else full
         rows.append([cells.get(c, "") for c in columns])
     return Table(short if compact else full, rows, caption=f"aggregation `{name}`")
+
+
+def _verdict_notes(summary: dict) -> list[str]:
+    """What the verdict tables' columns are, and what the BCa intervals are worth at these seed counts."""
+    alpha, family = summary["alpha"], summary["holm_family"]
+    coverage = ", ".join(f"{share:.0%} at {seeds} seeds" for seeds, share in summary["bca_coverage_95"].items())
+    return [
+        f"Holm family: {family} arm(s) (every arm of the search, excluded or stopped ones included). `seeds`: the "
+        "seeds an arm's mean and Δ both use (those it shares with the control; listed when fewer than the control's); "
+        "the control row's mean uses all its seeds, and `control_mean` in summary.json is its mean on each arm's seeds.",
+        f"`MDE` and seeds to detect: 80% power of the two-sided paired t-test at α/m = {alpha / family:.4g} (Holm's "
+        f"first step), at the arm's observed paired SD; seeds for equivalence: 80% power of TOST at α = {alpha} "
+        "if the true Δ were 0. (−∞, +∞): an arm with the same Δ at every seed, where the exact sign-flip test "
+        "cannot decide at this many seeds.",
+        f"BCa intervals are reported, never deciding, and under-cover at few seeds: a nominal 95% BCa interval "
+        f"covered the true Δ in {coverage} (simulated normal paired differences, tests/test_stats_simulation.py).",
+    ]
 
 
 def _rank_tables(summary: dict) -> list[Table]:
@@ -100,10 +130,23 @@ def _best_table(summary: dict) -> Table:
     arms = summary["ranking"][summary["primary"]]
     prob = summary["prob_best"]
     rows = [[arm] + [_num(prob[n][arm], ".1%") if prob[n] else "—" for n in names] for arm in arms]
-    k = summary["flip_k"]
-    rows.append([f"winner-flip rate (k={k}, {summary['flip_subsets'] or 0} subsets)"]
-                + [_num(summary["winner_flip_rate"][n], ".1%") for n in names])
+    k = summary["flip_k_used"]
+    label = (f"winner-flip rate (subsets of {k} seeds, {summary['flip_subsets']} subsets)" if k
+             else "winner-flip rate (not computable: fewer than 2 seeds shared by all arms)")
+    rows.append([label] + [_num(summary["winner_flip_rate"][n], ".1%") for n in names])
     return Table(["arm"] + names, rows, caption="probability of being best (joint seed bootstrap) and winner-flip rate")
+
+
+def _point_best(rec: dict, control: str) -> str:
+    """Which arms have the highest mean Δ: every one of them when several tie, or the control."""
+    top = rec["point_best"]
+    where = f"on `{rec['aggregation']}`"
+    if top == [control]:
+        return f"No arm has a higher mean than the control {where}."
+    named = ", ".join(f"`{a}`" + (" (control)" if a == control else "") for a in top)
+    if len(top) > 1:
+        return f"Highest mean {where}: a tie between {named} (never selected on the mean alone)."
+    return f"Highest mean {where}: {named} (never selected on the mean alone)."
 
 
 def sections(summary: dict, table: ScoreTable, figures: dict[str, Path]) -> list[Section]:
@@ -112,17 +155,20 @@ def sections(summary: dict, table: ScoreTable, figures: dict[str, Path]) -> list
     source = ", ".join(f"{k}={v}" for k, v in summary["source"].items() if v)
     head = Section("Recommendation", [
         f"**Recommended: `{rec['recommended']}`** ({'the control' if rec['is_control'] else 'credible winner'}) — {rec['reason']}.",
-        f"Point-best arm on `{rec['aggregation']}`: `{rec['point_best']}` (never selected on its mean alone).",
+        _point_best(rec, summary["control"]),
         f"Control `{summary['control']}`; seeds {', '.join(map(str, summary['seeds']))}; aggregations "
         f"{', '.join(summary['aggregations'])} (primary `{summary['primary']}`); equivalence margin "
         f"±{summary['equivalence_margin']:g} points; α = {summary['alpha']}.",
         f"Decision rule: {summary['decision_rule']}",
         f"Source: {source}.",
     ])
-    out = [head, Section("Verdicts", tables=[verdict_table(summary, n) for n in summary["aggregations"]]),
-           Section("Forest plot", ["Paired Δ vs the control: thick bar the unadjusted t-interval, thin line the "
-                                   "Holm-adjusted interval that decides, dotted the BCa interval, shaded ±margin."],
-                   figures=["forest"])]
+    alpha = summary["alpha"]
+    out = [head, Section("Verdicts", _verdict_notes(summary), tables=[verdict_table(summary, n) for n in summary["aggregations"]]),
+           Section("Forest plot", [f"Paired Δ vs the control, the intervals that decide: thin line the Holm-adjusted "
+                                   f"interval at its level (better / worse when it excludes 0); thick bar the "
+                                   f"{1 - 2 * alpha:.0%} interval (equivalent when inside the shaded ±margin band); an "
+                                   f"arrow marks an unbounded end. The unadjusted t and BCa intervals are in the tables "
+                                   f"only."], figures=["forest"])]
     if "curves" in figures:
         out.append(Section("Learning curves", [f"Paired Δ on `{summary['primary']}` vs training step with its "
                                                f"{1 - summary['alpha']:.0%} t-interval band."], figures=["curves"]))
@@ -142,24 +188,31 @@ def sections(summary: dict, table: ScoreTable, figures: dict[str, Path]) -> list
 
 
 def forest_plot(summary: dict, path: Path) -> Path:
-    """Per aggregation (panel) and arm (row): Δ, t-interval, Holm-adjusted interval, BCa interval."""
+    """Per aggregation (panel) and arm (row): Δ, the Holm-adjusted interval and the (1 - 2 alpha) TOST interval.
+
+    The x-axis spans every finite end of both and the ±margin band; an unbounded end (None) is drawn
+    to the panel's edge with an arrow.
+    """
     names = summary["aggregations"]
     arms = [a for a in summary["ranking"][summary["primary"]] if a in summary["arms"]]
     margin = summary["equivalence_margin"]
     fig, axes = plt.subplots(1, len(names), figsize=(2.8 * len(names) + 1.6, 0.42 * len(arms) + 1.5), sharey=True, squeeze=False)
     for ax, name in zip(axes[0], names):
         stats = [summary["arms"][arm][name] for arm in arms]
-        for y, s in enumerate(stats):
-            color = VERDICT_COLORS[s["verdict"]]
-            ax.plot([s["ci_low"], s["ci_high"]], [y, y], color=color, lw=1)
-            ax.plot([s["t_low"], s["t_high"]], [y, y], color=color, lw=5, alpha=0.45, solid_capstyle="butt")
-            if s["bca_low"] is not None:
-                ax.plot([s["bca_low"], s["bca_high"]], [y + 0.25, y + 0.25], color=color, lw=1, ls=":")
-            ax.plot(s["delta"], y, "o", color=color, ms=5)
-        shown = [v for s in stats for v in (s["t_low"], s["t_high"], s["bca_low"], s["bca_high"]) if v is not None]
+        shown = [v for s in stats for v in (s["ci_low"], s["ci_high"], s["eq_low"], s["eq_high"], s["delta"]) if v is not None]
         low, high = min(shown + [-margin]), max(shown + [margin])
         pad = 0.12 * (high - low)
-        ax.set_xlim(low - pad, high + pad)
+        edges = (low - pad, high + pad)
+        for y, s in enumerate(stats):
+            color = VERDICT_COLORS[s["verdict"]]
+            for (a, b), width in (((s["ci_low"], s["ci_high"]), 1), ((s["eq_low"], s["eq_high"]), 5)):
+                ends = (edges[0] if a is None else a, edges[1] if b is None else b)
+                ax.plot(ends, [y, y], color=color, lw=width, alpha=1.0 if width == 1 else 0.45, solid_capstyle="butt")
+                for end, missing, marker in ((ends[0], a is None, "<"), (ends[1], b is None, ">")):
+                    if missing:
+                        ax.plot(end, y, marker, color=color, ms=6)
+            ax.plot(s["delta"], y, "o", color=color, ms=5)
+        ax.set_xlim(*edges)
         ax.axvspan(-margin, margin, color="#cccccc", alpha=0.35, lw=0)
         ax.axvline(0.0, color="black", lw=0.8)
         ax.set_title(name)
@@ -180,7 +233,8 @@ def learning_curves(summary: dict, path: Path) -> Path:
     for arm, points in summary["curves"].items():
         steps = [p["step"] for p in points]
         line, = ax.plot(steps, [p["delta"] for p in points], marker="o", ms=3, label=arm)
-        ax.fill_between(steps, [p["ci_low"] for p in points], [p["ci_high"] for p in points], color=line.get_color(), alpha=0.15)
+        band = [[math.nan if p[k] is None else p[k] for p in points] for k in ("ci_low", "ci_high")]  # None: unbounded
+        ax.fill_between(steps, *band, color=line.get_color(), alpha=0.15)
     margin = summary["equivalence_margin"]
     ax.axhspan(-margin, margin, color="#cccccc", alpha=0.35, lw=0)
     ax.axhline(0.0, color="black", lw=0.8)

@@ -6,11 +6,13 @@
     python -m tune_dfrl.report experiment=NAME mlflow.tracking_uri=sqlite:////abs/mlflow.db
 
 `analyze(table, control, ...)` returns the `summary.json` dict. Per arm and aggregation it holds
-the paired statistics of `tune_dfrl.stats.paired_verdicts` (Holm family = all compared arms,
-separately per aggregation) and the power figures; the recommendation follows DESIGN §7 on the
-primary (first) aggregation. The joint analyses (probability of being best, winner-flip rate) use
-the seeds every compared arm shares with the control. Arm means (for rankings and ranges) are
-taken over the seeds each arm shares with the control; the control's over all its seeds.
+the paired statistics of `tune_dfrl.stats.paired_verdicts` and the power figures; the Holm family
+is every arm of the table (excluded ones too) or the whole search (`family_size`), separately per
+aggregation, and the leave-one-out re-tests use that same family. The recommendation follows
+DESIGN §7 on the primary (first) aggregation. The joint analyses (probability of being best,
+winner-flip rate) use the seeds every compared arm shares with the control. An arm's mean and its
+Δ are taken over the seeds it shares with the control (`seeds`, with the control's mean on those
+seeds, `control_mean`: mean - control_mean = Δ); the control's own mean over all its seeds.
 
 An arm sharing fewer than 2 seeds with the control is excluded and listed in `excluded`; seeds
 of an arm without a control run are ignored and listed in `notes`.
@@ -26,16 +28,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tune_dfrl.aggregate import aggregate, check_aggregations, default_aggregations, members
+from tune_dfrl.aggregate import aggregate, aggregation_list, check_aggregations, default_aggregations, members
 from tune_dfrl.render import print_summary, write_report
 from tune_dfrl.scores import BenchmarkSet, Runs, ScoreTable, load_csv, load_mlflow, load_results
 from tune_dfrl.stats import (
+    BCA_COVERAGE_95,
+    paired_interval,
     paired_verdicts,
     power_figures,
     prob_best,
     rank_agreement,
     recommend,
-    t_interval,
     winner_flip_rate,
 )
 
@@ -44,10 +47,12 @@ __all__ = ["analyze", "write_report", "print_summary", "log_report", "default_co
 CONTROL_METHODS = ("baseline", "static")
 DECISION_RULE = (
     "better/worse: the Holm-adjusted paired t-interval (ci_low, ci_high) lies above/below 0, equivalently "
-    "p_holm < alpha; equivalent: TOST, the (1 - 2 alpha) paired t-interval lies inside +-margin; otherwise "
-    "inconclusive. BCa intervals and permutation p-values are reported, not deciding."
+    "p_holm < alpha; equivalent: TOST, the (1 - 2 alpha) paired t-interval (eq_low, eq_high) lies inside "
+    "+-margin; otherwise inconclusive. An arm with the same difference at every seed (no spread) is judged "
+    "by the exact sign-flip test instead (smallest p 2^(1-n) at n seeds). Among better arms the one with the "
+    "highest lower bound at the common level 1 - alpha/m is recommended. BCa intervals and permutation "
+    "p-values are reported, not deciding."
 )
-BCA_RELIABLE_SEEDS = 8
 
 
 def default_control(table: ScoreTable) -> str:
@@ -104,8 +109,9 @@ def _pair_arms(keys: pd.DataFrame, control: str) -> tuple[list[int], list[str], 
 
 
 def _robustness(scores: _Scores, name: str, means: pd.Series, verdicts: dict[str, str], delta: float, alpha: float,
-                notes: list[str]) -> dict:
-    """Leave-one-benchmark-out and leave-one-domain-out: Kendall/Spearman vs the full ranking, verdict changes.
+                family: int, notes: list[str]) -> dict:
+    """Leave-one-benchmark-out and leave-one-domain-out: Kendall/Spearman vs the full ranking, verdict changes
+    (re-tested with the main analysis's Holm family size).
 
     A left-out subset under which some run's score is undefined (e.g. `efficiency` with no response
     characters left: 0/0) is skipped, and a note says so.
@@ -126,7 +132,8 @@ def _robustness(scores: _Scores, name: str, means: pd.Series, verdicts: dict[str
                 notes.append(f"robustness of '{name}' without {key!r} skipped: the score is undefined for "
                              f"{len(undefined)} run(s) on the remaining benchmarks (e.g. no response characters)")
                 continue
-            reduced = paired_verdicts(matrix.iloc[0].to_numpy(), {a: matrix.loc[a].to_numpy() for a in verdicts}, delta, alpha)
+            reduced = paired_verdicts(matrix.iloc[0].to_numpy(), {a: matrix.loc[a].to_numpy() for a in verdicts}, delta, alpha,
+                                      family_size=family)
             changes = {a: f"{verdicts[a]} -> {v.verdict}" for a, v in reduced.items() if v.verdict != verdicts[a]}
             reduced_means = matrix.mean(axis=1)
             per[key] = {**rank_agreement(means.to_numpy(), reduced_means.to_numpy()),
@@ -150,7 +157,7 @@ def _curves(table: ScoreTable, name: str, control: str, arms: list[str], alpha: 
     paired["d"] = paired["score"] - paired["control"]
     g = paired.groupby(["arm", "step"])["d"].agg(["mean", "std", "count"]).reset_index()
     g = g[g["count"] >= 2]
-    low, high = t_interval(g["mean"].to_numpy(), g["std"].to_numpy() / np.sqrt(g["count"].to_numpy()), g["count"].to_numpy(), 1 - alpha)
+    low, high = paired_interval(g["mean"].to_numpy(), g["std"].to_numpy(), g["count"].to_numpy(), 1 - alpha)
     g = g.assign(ci_low=low, ci_high=high).rename(columns={"mean": "delta", "count": "n"})
     return {arm: part[["step", "delta", "ci_low", "ci_high", "n"]].to_dict("records") for arm, part in g.groupby("arm")}
 
@@ -168,31 +175,47 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def analyze(table: ScoreTable, control: str, aggregations: list[str] | None = None, delta: float = 1.0,
+def _flip_size(flip_k: int, common: int, notes: list[str]) -> int | None:
+    """Seed-subset size of the winner-flip rate: flip_k, reduced to common - 1 when the arms share too few
+    seeds (a note says so); None when they share fewer than 2."""
+    if common < 2:
+        notes.append(f"winner-flip rate needs at least 2 seeds shared by all arms; there are {common}")
+        return None
+    if flip_k >= common:
+        notes.append(f"winner-flip rate over subsets of {common - 1} of the {common} seeds shared by all arms "
+                     f"(flip_k={flip_k} needs more than {flip_k} seeds)")
+        return common - 1
+    return flip_k
+
+
+def analyze(table: ScoreTable, control: str, aggregations: list[str] | str | None = None, delta: float = 1.0,
             alpha: float = 0.05, seed: int = 0, flip_k: int = 3, family_size: int | None = None) -> dict:
     """The summary.json dict of a score table (module docstring); deterministic under `seed`.
 
     `family_size`: the Holm family when the table holds only some arms of a search (the others
-    stopped early); by default the compared arms.
+    stopped early); by default every arm of the table but the control, excluded ones included.
+    `flip_k`: the winner-flip subset size, reduced when the arms share no more than flip_k seeds.
     """
+    if not isinstance(flip_k, int) or flip_k < 1:
+        raise ValueError(f"flip_k (the winner-flip subset size) must be an integer >= 1; got {flip_k!r}")
     rng = np.random.default_rng(seed)
     final = table.final()
-    aggregations = list(aggregations) if aggregations else default_aggregations(table.bench, table.has_lengths)
+    aggregations = aggregation_list(aggregations) or default_aggregations(table.bench, table.has_lengths)
     check_aggregations(aggregations, table.bench, table.has_lengths)
     if control not in final.arms:
         raise ValueError(f"control {control!r} is not an arm of the score table; arms: {', '.join(final.arms)}")
     runs = final.runs()
     seeds, arms, excluded, notes = _pair_arms(runs.keys, control)
+    family = max(len(arms) + len(excluded), family_size or 0)  # DESIGN §7: the family is the whole search
     scores = _Scores(final.bench, runs, control, arms, seeds)
-    notes = list(final.notes) + notes + [f"excluded arm {a!r}: {why}" for a, why in excluded.items()]
+    notes = list(final.notes) + notes + [f"excluded arm {a!r}: {why}; it stays in the Holm family" for a, why in excluded.items()]
     if final.has_steps:
         last = final.frame.groupby("arm")["step"].max()
         notes += [f"arm {a!r} ends at step {last[a]}, the control at {last[control]}: its deltas compare different "
                   f"training lengths" for a in arms if last[a] != last[control]]
 
     per_arm: dict[str, dict[str, dict]] = {arm: {} for arm in arms}
-    means, verdicts_by_agg, prob, flips, ranking = {}, {}, {}, {}, {}
-    robustness, flip_subsets = {}, None
+    means, verdicts_by_agg, prob, flips, ranking, joints, robustness = {}, {}, {}, {}, {}, {}, {}
     for name in aggregations:
         matrix = scores.matrix(name)
         if undefined := scores.undefined(matrix):
@@ -201,34 +224,33 @@ def analyze(table: ScoreTable, control: str, aggregations: list[str] | None = No
                              f"{seed} (efficiency needs response characters); choose other aggregations=")
         control_row = matrix.loc[control].to_numpy()
         verdicts = paired_verdicts(control_row, {a: matrix.loc[a].to_numpy() for a in arms}, delta, alpha,
-                                   bootstrap=True, rng=rng, family_size=family_size)
+                                   bootstrap=True, rng=rng, family_size=family)
         arm_means = matrix.mean(axis=1)
         for arm, v in verdicts.items():
-            mde, needed = power_figures(v.sd, v.n, delta, alpha)
-            per_arm[arm][name] = {"mean": arm_means[arm], **asdict(v), "mde": mde, "seeds_needed": needed}
+            shared = matrix.loc[arm].notna()
+            per_arm[arm][name] = {"mean": arm_means[arm], "control_mean": matrix.loc[control, shared].mean(),
+                                  "seeds": [s for s, ran in shared.items() if ran], **asdict(v),
+                                  **power_figures(v, delta, alpha, family)}
         means[name] = arm_means.to_dict()
         ranking[name] = list(arm_means.sort_values(ascending=False, kind="stable").index)
         verdicts_by_agg[name] = verdicts
-        joint = matrix.loc[:, matrix.notna().all(axis=0)].to_numpy()
+        joints[name] = joint = matrix.loc[:, matrix.notna().all(axis=0)].to_numpy()
         prob[name] = dict(zip(matrix.index, prob_best(joint, rng))) if joint.shape[1] >= 2 else None
-        if flip_k < joint.shape[1]:
-            flips[name], flip_subsets = winner_flip_rate(joint, flip_k, rng)
-        else:
-            flips[name] = None
         robustness[name] = _robustness(scores, name, arm_means, {a: v.verdict for a, v in verdicts.items()}, delta, alpha,
-                                      notes)
+                                      family, notes)
 
     common = joint.shape[1]  # seeds shared by every compared arm and the control (the same under every aggregation)
-    if flip_subsets is None:
-        notes.append(f"winner-flip rate needs more than flip_k={flip_k} seeds shared by all arms; there are {common}")
+    flip_used = _flip_size(flip_k, common, notes)
+    for name in aggregations:
+        flips[name], flip_subsets = winner_flip_rate(joints[name], flip_used, rng) if flip_used else (None, None)
     if common < 2:
         notes.append(f"probability of being best needs at least 2 seeds shared by all arms; there are {common}")
-    if len(seeds) < BCA_RELIABLE_SEEDS:
-        notes.append(f"with {len(seeds)} seeds the bootstrap has few distinct resamples: BCa intervals are rough "
-                     f"(reported only; the t-interval decides)")
     primary = aggregations[0]
-    needed = max(per_arm[a][primary]["seeds_needed"] for a in arms)
+    open_arms = [a for a in arms if per_arm[a][primary]["verdict"] == "inconclusive"]
     pairs = [(a, b) for i, a in enumerate(aggregations) for b in aggregations[i + 1:]]
+    recommendation = recommend(verdicts_by_agg[primary], control, delta,
+                               max((per_arm[a][primary]["seeds_to_detect"] for a in open_arms), default=None),
+                               max((per_arm[a][primary]["seeds_for_equivalence"] for a in open_arms), default=None))
     summary = {
         "source": dict(table.origin),
         "control": control,
@@ -237,16 +259,18 @@ def analyze(table: ScoreTable, control: str, aggregations: list[str] | None = No
         "primary": primary,
         "equivalence_margin": delta,
         "alpha": alpha,
-        "holm_family": max(len(arms), family_size or 0),
+        "holm_family": family,
         "seed": seed,
         "flip_k": flip_k,
+        "flip_k_used": flip_used,
         "decision_rule": DECISION_RULE,
+        "bca_coverage_95": BCA_COVERAGE_95,
         "arms": per_arm,
         "verdicts": {arm: per_arm[arm][primary]["verdict"] for arm in arms},
         "control_mean": {name: means[name][control] for name in aggregations},
         "means": means,
         "ranking": ranking,
-        "recommendation": {"aggregation": primary, **recommend(verdicts_by_agg[primary], control, needed)},
+        "recommendation": {"aggregation": primary, **recommendation},
         "prob_best": prob,
         "winner_flip_rate": flips,
         "flip_subsets": flip_subsets,
@@ -275,7 +299,14 @@ def log_report(paths: dict[str, Path], run_id: str, tracking_uri: str | None = N
 
 
 def _load(cfg: Any) -> ScoreTable:
-    """The score table a report config points at: runs= (CSV or search directory) or experiment=."""
+    """The score table a report config points at: runs= (CSV or search directory) or experiment=.
+
+    Checked first, before reading anything: `aggregations` must be a list (`aggregations=db` reaches
+    the config as the string 'db', which the CLI would split into letters).
+    """
+    if isinstance(cfg.aggregations, str):
+        raise ValueError(f"aggregations={cfg.aggregations} is one string, not a list; write aggregations=[{cfg.aggregations}] "
+                         "(several: aggregations=[db,macro])")
     bench = BenchmarkSet.from_file(cfg.benchmarks) if cfg.benchmarks else None
     if bool(cfg.runs) == bool(cfg.experiment):
         raise ValueError("give exactly one source: runs=PATH (a CSV or a search output directory) or experiment=NAME")

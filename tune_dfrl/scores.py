@@ -22,6 +22,7 @@ Sources:
 
 from __future__ import annotations
 
+import difflib
 import json
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -86,29 +87,49 @@ class BenchmarkSet:
 
     @classmethod
     def from_records(cls, records: Iterable[Mapping[str, Any]], subsets: Mapping[str, Iterable[str]] | None = None) -> BenchmarkSet:
-        """From `[{"name", "domain", "items"}, ...]` and `{subset: [benchmark, ...]}`."""
+        """From `[{"name", "domain", "items"}, ...]` and `{subset: [benchmark, ...]}`; any other shape is an error."""
+        if not isinstance(records, list):
+            raise ValueError(f"'benchmarks' must be a list of {{name, domain, items}} records; got {records!r}")
         infos = []
         for record in records:
+            if not isinstance(record, Mapping):
+                raise ValueError(f"benchmark record {record!r} is not a mapping; each needs name, domain, items")
             missing = {"name", "domain", "items"} - set(record)
             if missing:
                 raise ValueError(f"benchmark record {dict(record)} lacks {sorted(missing)}; each needs name, domain, items")
-            infos.append(BenchmarkInfo(str(record["name"]), str(record["domain"]), int(record["items"])))
-        return cls(tuple(infos), {name: tuple(members) for name, members in (subsets or {}).items()})
+            items = record["items"]
+            if isinstance(items, bool) or not isinstance(items, int):
+                raise ValueError(f"benchmark {record['name']!r}: item count must be a positive integer; got {items!r}")
+            infos.append(BenchmarkInfo(str(record["name"]), str(record["domain"]), items))
+        subsets = subsets or {}
+        if not isinstance(subsets, Mapping) or not all(isinstance(m, list) for m in subsets.values()):
+            raise ValueError(f"'subsets' must map each subset name to a list of benchmarks; got {subsets!r}")
+        return cls(tuple(infos), {str(name): tuple(str(m) for m in members) for name, members in subsets.items()})
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | list[Any]) -> BenchmarkSet:
         """From `{"benchmarks": [...], "subsets": {...}}` or a bare list of benchmark records."""
         if isinstance(data, list):
             return cls.from_records(data)
-        if "benchmarks" not in data:
-            raise ValueError(f"benchmark metadata needs a 'benchmarks' list; got keys {sorted(data)}")
+        if not isinstance(data, Mapping) or "benchmarks" not in data:
+            got = f"keys {sorted(data)}" if isinstance(data, Mapping) else repr(data)
+            raise ValueError(f"benchmark metadata needs a 'benchmarks' list; got {got}")
         return cls.from_records(data["benchmarks"], data.get("subsets"))
 
     @classmethod
     def from_file(cls, path: str | Path) -> BenchmarkSet:
-        """From a YAML or JSON file (JSON is YAML)."""
-        with open(path) as handle:
-            return cls.from_mapping(yaml.safe_load(handle))
+        """From a YAML or JSON file (JSON is YAML); unreadable or malformed metadata is an error naming the file."""
+        try:
+            with open(path) as handle:
+                data = yaml.safe_load(handle)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"benchmark metadata {path}: no such file") from None
+        except yaml.YAMLError as error:
+            raise ValueError(f"benchmark metadata {path} is not valid YAML/JSON: {' '.join(str(error).split())}") from None
+        try:
+            return cls.from_mapping(data)
+        except ValueError as error:
+            raise ValueError(f"benchmark metadata {path}: {error}") from None
 
     def to_mapping(self) -> dict[str, Any]:
         return {
@@ -294,7 +315,12 @@ def load_csv(path: str | Path, bench: BenchmarkSet | None = None, filters: Mappi
         raise ValueError(f"{source} needs an arm column (arm, method or label, or name one with arm_column); columns: {', '.join(raw.columns)}")
     if "seed" not in raw:
         raise ValueError(f"{source} needs a 'seed' column to pair runs; columns: {', '.join(raw.columns)}")
-    long_form = "benchmark" in raw and "score" in raw
+    long_form = "benchmark" in raw
+    if long_form and "score" not in raw:
+        close = difflib.get_close_matches("score", list(raw.columns), n=1)
+        hint = f" (is {close[0]!r} meant to be 'score'?)" if close else ""
+        raise ValueError(f"{source} has a 'benchmark' column, so it is read as a long table (arm, seed, benchmark, score), "
+                         f"but it has no 'score' column{hint}; columns: {', '.join(raw.columns)}")
     run = [arm_column, "seed"] + (["step"] if "step" in raw else [])
     label = "run_id" if "run_id" in raw else None
     if long_form:
