@@ -43,8 +43,9 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats
 
+from tune_dfrl.stats import negligible, sign_flip_floor
+
 NODES = 801  # Simpson nodes over each continuation region (odd)
-SPREAD_TOLERANCE = 1e-9  # relative: a paired spread below this is float noise (zero variance)
 
 
 @dataclass(frozen=True)
@@ -152,14 +153,14 @@ class ArmState:
 def t_stats(deltas: np.ndarray) -> tuple[float, float, float]:
     """(mean, standard error, two-sided p of mean = 0) of paired deltas.
 
-    A difference of zero variance (the same shift on every seed, up to float noise) has se 0 and
-    the p-value of the exact sign-flip test, 2^(1-n) with n seeds: as strong as n signs allow.
+    A difference of zero variance (the same shift on every seed, up to `stats.negligible`) has se 0
+    and the p-value of the exact sign-flip test, 2^(1-n) with n seeds: as strong as n signs allow.
     """
     n = deltas.size
     mean = float(deltas.mean())
     se = float(deltas.std(ddof=1)) / math.sqrt(n)
-    if se <= SPREAD_TOLERANCE * max(1.0, abs(mean)):
-        return mean, 0.0, 2.0 ** (1 - n) if abs(mean) > SPREAD_TOLERANCE else 1.0
+    if negligible(se, mean):
+        return mean, 0.0, 1.0 if negligible(mean) else float(sign_flip_floor(n))
     return mean, se, float(2.0 * stats.t.sf(abs(mean) / se, n - 1))
 
 
