@@ -22,6 +22,9 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 
 Closed = Literal["both", "left", "right", "neither"]
+CLOSED_BY_OPEN_SIDES: dict[tuple[bool, bool], Closed] = {
+    (False, False): "both", (False, True): "left", (True, False): "right", (True, True): "neither"
+}
 SYMBOLS = {"rollout_n": "n", "num_domains": "K"}
 
 
@@ -347,7 +350,8 @@ class ParamSpec:
                 r = self._below_or_above_fixed(p.name, r, fixed)
                 bounds = r.sampling_bounds()
                 if bounds is None:
-                    raise ValueError(f"search range for '{p.name}' of {self.owner} holds no {p.valid.kind} in {r.text()}")
+                    where = f"search range for '{p.name}' of {self.owner}"
+                    raise ValueError(f"{where} holds no {p.valid.kind} in {r.text()}")
                 r = bounds
             out[p.name] = r
         for c in self.constraints:
@@ -410,7 +414,9 @@ class ParamSpec:
                 return c.lower
         return None
 
-    def suggest(self, trial: Any, ranges: Mapping[str, Any] | None = None, ctx: Context = Context(), prefix: str = "") -> dict[str, Any]:
+    def suggest(
+        self, trial: Any, ranges: Mapping[str, Any] | None = None, ctx: Context = Context(), prefix: str = ""
+    ) -> dict[str, Any]:
         """Sample the searchable parameters through Optuna's define-by-run `trial.suggest_*`.
 
         Parameters are suggested in declaration order, so for `lower < upper` the lower one is
@@ -448,11 +454,13 @@ class ParamSpec:
         ]
         for p in self.params:
             search = self.search_text(p.name, ctx) if p.searchable else "—"
-            rows.append(f"| `{p.name}` | {p.valid.kind} | {p.default_text} | {p.valid.text(ctx)} | {search} | {p.doc} |")
+            valid = p.valid.text(ctx)
+            rows.append(f"| `{p.name}` | {p.valid.kind} | {p.default_text} | {valid} | {search} | {p.doc} |")
         for c in self.constraints:
             rows.append(f"| *constraint* | | | `{c.lower} < {c.upper}` | | |")
         return "\n".join(rows)
 
 
 def _sides(left_open: bool, right_open: bool) -> Closed:
-    return {(False, False): "both", (False, True): "left", (True, False): "right", (True, True): "neither"}[left_open, right_open]
+    """The `closed` value of an interval with these open sides."""
+    return CLOSED_BY_OPEN_SIDES[left_open, right_open]

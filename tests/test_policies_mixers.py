@@ -161,7 +161,8 @@ def test_observe_rejects_bad_input():
     observe(m, 3, {0: [1.0]})
     with pytest.raises(ValueError, match="steps must not decrease"):
         observe(m, 2, {0: [1.0]})
-    for reward, abs_advantage, name in (([np.nan, 1.0], [0.5, 0.5], "reward"), ([0.0, 1.0], [np.inf, 0.5], "abs_advantage")):
+    bad = (([np.nan, 1.0], [0.5, 0.5], "reward"), ([0.0, 1.0], [np.inf, 0.5], "abs_advantage"))
+    for reward, abs_advantage, name in bad:
         for as_array in (np.asarray, torch.tensor):
             with pytest.raises(ValueError, match=f"observe: {name} has 1 NaN/inf entries"):
                 m.observe(4, as_array([0, 1]), as_array(reward), as_array(abs_advantage))
