@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -36,8 +36,9 @@ class Rejected(ValueError):
 class Context:
     """What a method runs under; None = not known (bounds that need it are not applied).
 
-    rollout_n: responses per group n. num_domains: K. binary_rewards: every reward is 0 or 1
-    (used by canonical forms only: then a group that is all solved or all unsolved has advantage 0).
+    rollout_n: responses per group n. num_domains: K. binary_rewards: every reward is 0 or 1 and
+    advantages are GRPO's (used by canonical forms only: a group of n >= 2 that is all solved or
+    all unsolved then has advantage 0).
     """
 
     rollout_n: int | None = None
@@ -250,6 +251,11 @@ class Param:
     @property
     def default_text(self) -> str:
         return str(self.default).lower() if isinstance(self.default, bool) else str(self.default)
+
+
+Reduce = Callable[[dict[str, Any], Context, dict[str, Any]], "dict[str, Any] | None"]
+"""An actuator's canonical reduction: (validated params, context, defaults) -> the params of a
+configuration that acts identically, or None when it acts exactly as uniform GRPO."""
 
 
 @dataclass(frozen=True)

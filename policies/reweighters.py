@@ -10,7 +10,7 @@ norm1(w) = w / mean(w) over the normalisation scope: `batch` (all responses) or 
 | advantage_reweight | token level alpha * p_it + (1 - alpha), p = exp(old_log_probs); mean over valid tokens of the scope |
 | per_advantage | (|s_i| + 1e-8)^alpha, s = advantage magnitude |
 
-Each reweighter declares its canonical reduction (`reduce`, see selectors.Reduce) next to its
+Each reweighter declares its canonical reduction (`reduce`, see params.Reduce) next to its
 rule: the settings under which its weights are all 1 act exactly as uniform GRPO.
 """
 
@@ -22,8 +22,7 @@ from typing import Any, Callable
 import torch
 
 from .batch import RolloutBatch
-from .params import Context, Interval, LessThan, Options, Param
-from .selectors import Reduce
+from .params import Context, Interval, LessThan, Options, Param, Reduce
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,7 @@ from typing import Any, Callable
 import torch
 
 from .batch import RolloutBatch, rank_within_group
-from .params import BOOL, Bound, Context, Interval, LessThan, Options, Param
-
-Reduce = Callable[[dict[str, Any], Context, dict[str, Any]], "dict[str, Any] | None"]
-"""(params, context, defaults) -> canonical params, or None: acts exactly as uniform GRPO."""
+from .params import BOOL, Bound, Context, Interval, LessThan, Options, Param, Reduce
 
 
 @dataclass(frozen=True)
@@ -56,9 +53,10 @@ def threshold_band(batch: RolloutBatch | None, s: torch.Tensor, p: dict[str, Any
 def _band_reduce(p: dict[str, Any], ctx: Context, defaults: dict[str, Any]) -> dict[str, Any] | None:
     """The solve-rate levels k/n the band keeps (by the rule itself) -> band [k_min - 1/2, k_max + 1/2] / n.
 
-    With binary rewards a group at level 0 or n has equal rewards, hence advantage 0, and any
-    threshold in [0, 1) splits {0, 1} alike; with `denominator=all` keeping or dropping those
-    levels changes nothing, so only levels 1..n-1 count.
+    With binary rewards any threshold in [0, 1) splits {0, 1} alike, and for n >= 2 a group at
+    level 0 or n has equal rewards, hence GRPO advantage 0 (a lone response keeps advantage R in
+    verl); with `denominator=all` keeping or dropping those levels changes nothing, so only
+    levels 1..n-1 count.
     """
     n = ctx.rollout_n
     levels = torch.arange(n + 1, dtype=torch.float64) / n  # as group_solve_rate computes them: count / n
@@ -66,7 +64,7 @@ def _band_reduce(p: dict[str, Any], ctx: Context, defaults: dict[str, Any]) -> d
     relevant = list(range(n + 1))
     if ctx.binary_rewards:
         p = {**p, "success_threshold": defaults["success_threshold"]}
-        if p["denominator"] == "all":
+        if p["denominator"] == "all" and n >= 2:
             relevant = relevant[1:-1]
     kept = [k for k in kept if k in relevant]
     if kept == relevant:

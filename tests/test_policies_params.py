@@ -258,6 +258,8 @@ def test_with_binary_rewards_a_band_dropping_only_zero_advantage_groups_is_the_c
     assert with_zero == canonical_arm("difffilter", {"low": 0.1, "high": 0.7, "inclusive": True}, BINARY5)
     only_extremes = canonical_arm("difffilter", {"low": 0.9, "high": 1.0, "inclusive": True}, BINARY5)
     assert only_extremes == canonical_arm("difffilter", {"low": 0.2, "high": 0.4}, BINARY5)  # no gradient at all
+    lone = Context(rollout_n=1, binary_rewards=True)  # verl gives a group of one the advantage R, not 0
+    assert canonical_arm("difffilter", {}, lone)[0] == "difffilter"
 
 
 def test_keep_all_selections_are_the_control_whatever_the_flags():
