@@ -131,10 +131,11 @@ class SpaceSampler:
 class ArmFactory:
     """Suggestion -> ArmSpec with canonical params, an id keyed by the recipe, and a short label.
 
-    `binary_rewards`: the recipe's rewards are 0 or 1 (exact-match verifiers), so a group that is
-    all solved or all unsolved has advantage 0 and canonical forms may use it. A suggestion that
-    acts exactly as uniform GRPO comes back as the `baseline` arm: the control of selection and
-    reweighting spaces, which the searcher then treats as a duplicate (not trained, Optuna told 0).
+    `binary_rewards`: the recipe's rewards are 0 or 1 (exact-match verifiers), so under GRPO a
+    group of n >= 2 that is all solved or all unsolved has advantage 0, and canonical forms use it.
+    A suggestion that acts exactly as uniform GRPO comes back as the `baseline` arm: the control of
+    selection and reweighting spaces, which the searcher then treats as a duplicate (not trained,
+    Optuna told 0).
     """
 
     rollout_n: int
