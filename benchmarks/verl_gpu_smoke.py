@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from tune_dfrl.backend import ArmSpec, Milestone
-from tune_dfrl.policies import arm_key, canonical_params
+from tune_dfrl.policies import Context, arm_key, canonical_arm
 from tune_dfrl.trainers.embedded.base import BaseRecipe, ensure_base_model
 from tune_dfrl.trainers.verl.backend import VerlBackend
 from tune_dfrl.trainers.verl.export import export_model, export_tasks
@@ -49,8 +49,8 @@ def main() -> None:
         ],
     )
     params = json.loads(args.params)
-    canonical = canonical_params(args.method, params, recipe["rollout_n"])
-    arm = ArmSpec(args.method, canonical, arm_key(args.method, canonical), f"{args.method} {params}")
+    method, canonical = canonical_arm(args.method, params, Context(recipe["rollout_n"]))
+    arm = ArmSpec(method, canonical, arm_key(method, canonical), f"{args.method} {params}")
 
     backend = VerlBackend(recipe)
     backend.validate(arm, recipe)

@@ -5,21 +5,21 @@ See docs/architecture.md for the contract and DESIGN §3-§4 for the semantics.
 
 from .batch import RolloutBatch
 from .mixers import Mixer
-from .params import LessThan, Param, ParamSpec
+from .params import Bound, Context, Interval, LessThan, ListOf, Options, Param, ParamSpec
 from .registry import (
     ALL_METHODS,
     PAPER_METHODS,
+    UNIFORM,
     Policy,
     PolicyResult,
     arm_key,
-    canonical_params,
+    canonical_arm,
     describe_method,
     make_mixer,
     make_policy,
     methods_table,
     resolve,
     suggest_params,
-    tune_space,
     validate_params,
 )
 from .sampler import DomainSampler, SamplerDraw, largest_remainder
@@ -27,9 +27,15 @@ from .sampler import DomainSampler, SamplerDraw, largest_remainder
 __all__ = [
     "ALL_METHODS",
     "PAPER_METHODS",
+    "UNIFORM",
+    "Bound",
+    "Context",
     "DomainSampler",
+    "Interval",
     "LessThan",
+    "ListOf",
     "Mixer",
+    "Options",
     "Param",
     "ParamSpec",
     "Policy",
@@ -37,7 +43,7 @@ __all__ = [
     "RolloutBatch",
     "SamplerDraw",
     "arm_key",
-    "canonical_params",
+    "canonical_arm",
     "describe_method",
     "largest_remainder",
     "make_mixer",
@@ -45,6 +51,5 @@ __all__ = [
     "methods_table",
     "resolve",
     "suggest_params",
-    "tune_space",
     "validate_params",
 ]

@@ -2,8 +2,9 @@
 
 A batch holds N = P x n responses of at most L tokens. Derived signals (computed once, cached):
 `token_counts` sum_t m_it, `lengths` L_i = max(1, sum_t m_it), `abs_advantage` (per-response
-mean |A_it| over valid tokens), `group_index` (group ids made contiguous 0..G-1) and
-`group_sizes`.
+mean |A_it| over valid tokens; its sum and max too), `group_index` (group ids made contiguous
+0..G-1) and `group_sizes`. Non-finite values are rejected, in `old_log_probs` at valid tokens
+only (padded positions may hold anything).
 
 Cost matters: a policy runs on every training step next to verl's loss, so [N, L] work is kept to
 single passes. Validation checks sums before counting bad entries, and [N, L] intermediates go to
@@ -61,6 +62,9 @@ class RolloutBatch:
             bad = _non_finite(tensors[name]) if name in tensors else 0
             if bad:
                 raise ValueError(f"RolloutBatch.{name} has {bad} NaN/inf entries")
+        bad = _non_finite(self.old_log_probs, valid=self.response_mask)
+        if bad:
+            raise ValueError(f"RolloutBatch.old_log_probs has {bad} NaN/inf entries at valid tokens")
 
     @property
     def num_responses(self) -> int:
@@ -114,9 +118,26 @@ class RolloutBatch:
         return self.masked_abs_advantages().sum(dim=1).to(torch.float64)
 
     @cached_property
+    def abs_advantage_max(self) -> torch.Tensor:
+        """[N] float64: max_t |A_it| m_it."""
+        return self.masked_abs_advantages().amax(dim=1).to(torch.float64)
+
+    @cached_property
     def abs_advantage(self) -> torch.Tensor:
-        """[N] float64: sum_t |A_it| m_it / L_i."""
-        return self.abs_advantage_sum / self.lengths
+        """[N] float64: sum_t |A_it| m_it / L_i, as r_i + sum_t (|A_it| - r_i) m_it / L_i.
+
+        r_i is |A| at the response's first valid token. The sum is 0 exactly when all of a
+        response's |A_it| are equal, so equal |A| score equal whatever the lengths or dtype, and
+        ties are then broken by index, not by rounding.
+        """
+        first_valid = torch.zeros(self.num_responses, dtype=torch.long)
+        late = self.padding[:, 0].nonzero().flatten()  # rows whose token 0 is padding (few: verl pads on the right)
+        first_valid[late] = self.padding[late].view(torch.uint8).argmin(dim=1)
+        deviation = self.into_workspace(torch.abs, self.advantages)
+        r = deviation.gather(1, first_valid[:, None])
+        deviation.sub_(r).masked_fill_(self.padding, 0)
+        r = r.squeeze(1).to(torch.float64).masked_fill_(self.token_counts == 0, 0)
+        return r + deviation.sum(dim=1).to(torch.float64) / self.lengths
 
     @cached_property
     def group_index(self) -> torch.Tensor:
@@ -142,11 +163,14 @@ class RolloutBatch:
         return self.group_sum(values) / self.group_sizes.to(values.dtype)
 
 
-def _non_finite(t: torch.Tensor) -> int:
-    """Number of NaN/inf entries; one summing pass when there are none."""
+def _non_finite(t: torch.Tensor, valid: torch.Tensor | None = None) -> int:
+    """Number of NaN/inf entries (where the 0/1 `valid` mask is 1); one summing pass when there are none."""
     if not t.is_floating_point() or torch.isfinite(t.sum()):
         return 0
-    return int(t.numel() - torch.count_nonzero(torch.isfinite(t)))
+    bad = ~torch.isfinite(t)
+    if valid is not None:
+        bad &= valid.bool()
+    return int(torch.count_nonzero(bad))
 
 
 def _non_binary(m: torch.Tensor) -> int:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from .batch import RolloutBatch
-from .params import Param
+from .params import BOOL, Bound, Interval, ListOf, Param
 
 
 @dataclass(frozen=True)
@@ -126,25 +126,25 @@ class MixerRule:
     logits: Callable[[DomainStats, dict[str, Any]], np.ndarray] | None
 
 
-TEMPERATURE = Param("temperature", "float", 1.0, low=0.0, low_open=True, log=True, search=(0.01, 10.0),
+TEMPERATURE = Param("temperature", 1.0, Interval(float, 0.0, None, "neither"), search=(0.01, 10.0), log=True,
                     doc="softmax temperature T")
-FLOOR = Param("floor", "float", 0.0, low=0.0, high=1.0, high_open=True, search=(0.0, 0.1),
-              doc="exact minimum proportion per domain; must be < 1/K")
+FLOOR = Param("floor", 0.0, Interval(float, 0.0, Bound("num_domains", reciprocal=True, unknown=1.0), "left"),
+              search=(0.0, 0.1), doc="exact minimum proportion per domain")
 SCHEDULE = (
-    Param("window", "int", 10, low=1, searchable=False, doc="steps in the statistics window W"),
-    Param("update_every", "int", 1, low=1, searchable=False, doc="steps between proportion updates"),
-    Param("warmup", "int", 1, low=0, searchable=False, doc="steps on the static proportions first"),
+    Param("window", 10, Interval(int, 1, None), searchable=False, doc="steps in the statistics window W"),
+    Param("update_every", 1, Interval(int, 1, None), searchable=False, doc="steps between proportion updates"),
+    Param("warmup", 1, Interval(int, 0, None), searchable=False, doc="steps on the static proportions first"),
 )
 
 MIXERS: dict[str, MixerRule] = {
     m.name: m
     for m in (
-        MixerRule("static", (Param("proportions", "floats", None, searchable=False,
+        MixerRule("static", (Param("proportions", None, ListOf(Interval(float, 0.0, None)), searchable=False,
                                    doc="fixed domain proportions (normalised; uniform when omitted)"),), None),
         MixerRule("reward_gap", (TEMPERATURE, FLOOR, *SCHEDULE), reward_gap),
-        MixerRule("dump_ucb", (Param("c", "float", 1.0, low=0.0, search=(0.0, 4.0), doc="exploration weight"),
+        MixerRule("dump_ucb", (Param("c", 1.0, Interval(float, 0.0, None), search=(0.0, 4.0), doc="exploration weight"),
                                TEMPERATURE, FLOOR, *SCHEDULE), dump_ucb),
-        MixerRule("tscl", (TEMPERATURE, Param("signed", "bool", False, doc="use max(beta, 0) instead of |beta|"),
+        MixerRule("tscl", (TEMPERATURE, Param("signed", False, BOOL, doc="use max(beta, 0) instead of |beta|"),
                            FLOOR, *SCHEDULE), tscl),
     )
 }
@@ -172,7 +172,10 @@ class Mixer:
         reward: torch.Tensor | np.ndarray | None = None,
         abs_advantage: torch.Tensor | np.ndarray | None = None,
     ) -> None:
-        """Record one step; pass per-response tensors, or a RolloutBatch as the second argument."""
+        """Record one step; pass per-response tensors, or a RolloutBatch as the second argument.
+
+        NaN/inf rewards or |advantages| are an error (they would poison the window for W steps).
+        """
         if isinstance(domain, RolloutBatch):
             domain, reward, abs_advantage = domain.domain, domain.reward, domain.abs_advantage
         if reward is None or abs_advantage is None:
@@ -180,6 +183,9 @@ class Mixer:
         d, r, a = _as_numpy(domain, np.int64), _as_numpy(reward, float), _as_numpy(abs_advantage, float)
         if not d.shape == r.shape == a.shape:
             raise ValueError(f"domain, reward, abs_advantage must have equal length; got {d.shape}, {r.shape}, {a.shape}")
+        for name, values in (("reward", r), ("abs_advantage", a)):
+            if not np.isfinite(values).all():
+                raise ValueError(f"observe: {name} has {int((~np.isfinite(values)).sum())} NaN/inf entries")
         self.window.observe(step, d, r, a)
 
     def proportions(self, step: int) -> np.ndarray:

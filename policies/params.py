@@ -1,71 +1,261 @@
 """Hyperparameter declarations and everything derived from them.
 
-Each component declares its hyperparameters once, as `Param`s plus `LessThan` constraints. From
-that one declaration this module derives validation (`ParamSpec.validate`), a Ray Tune search
-space (`ParamSpec.tune_space`), an Optuna define-by-run sample (`ParamSpec.suggest`) and a
-markdown description (`ParamSpec.describe`). Ray and Optuna are imported only inside the
-functions that need them.
+A constraint owns its containment rule and its text: `Interval` (numbers between two ends, each
+open or closed), `Options` (one of a few values) and `ListOf` (a list of constrained numbers). An
+interval end may be a `Bound` read from the `Context` a method runs in (the group size n, the
+number of domains K): the one mechanism for context-dependent limits such as gfpo `k <= n - 1`
+and a mixer's `floor < 1/K`.
+
+Each component declares its hyperparameters once, as `Param`s plus `LessThan` cross-constraints.
+From that declaration `ParamSpec` derives validation, search ranges, an Optuna define-by-run
+sample, a markdown table, and invalid example values for the tests. Nothing here imports Ray or
+Optuna: `suggest` only calls the `suggest_*` methods of the trial it is given.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
-Kind = Literal["float", "int", "bool", "choice", "floats"]
+import numpy as np
+
+Closed = Literal["both", "left", "right", "neither"]
+CLOSED_BY_OPEN_SIDES: dict[tuple[bool, bool], Closed] = {
+    (False, False): "both", (False, True): "left", (True, False): "right", (True, True): "neither"
+}
+SYMBOLS = {"rollout_n": "n", "num_domains": "K"}
+
+
+class Rejected(ValueError):
+    """A value outside a constraint; the message is the requirement ("in [0, 1)", "an integer")."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a method runs under; None = not known (bounds that need it are not applied).
+
+    rollout_n: responses per group n. num_domains: K. binary_rewards: every reward is 0 or 1 and
+    advantages are GRPO's (used by canonical forms only: a group of n >= 2 that is all solved or
+    all unsolved then has advantage 0).
+    """
+
+    rollout_n: int | None = None
+    num_domains: int | None = None
+    binary_rewards: bool = False
+
+
+@dataclass(frozen=True)
+class Bound:
+    """An interval end read from the context: `field + offset`, or `1 / field` when `reciprocal`.
+
+    When the context lacks the field, containment uses `unknown` (None = unbounded) and the text
+    shows the symbol (`n-1`, `1/K`).
+    """
+
+    field: Literal["rollout_n", "num_domains"]
+    offset: int = 0
+    reciprocal: bool = False
+    unknown: float | None = None
+
+    def value(self, ctx: Context) -> float | None:
+        known = getattr(ctx, self.field)
+        if known is None:
+            return self.unknown
+        return 1 / known if self.reciprocal else known + self.offset
+
+    def text(self, ctx: Context) -> str:
+        if getattr(ctx, self.field) is not None:
+            return _fmt(self.value(ctx))
+        symbol = SYMBOLS[self.field]
+        return f"1/{symbol}" if self.reciprocal else f"{symbol}{self.offset:+d}" if self.offset else symbol
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def _scalar(v: Any) -> Any:
+    """numpy scalars (np.int64(2), np.float32(0.5), np.bool_) as the Python values they hold."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Numbers of `type` (int or float) from `left` to `right` (None = unbounded), `closed` on those sides."""
+
+    type: type
+    left: float | Bound | None
+    right: float | Bound | None
+    closed: Closed = "both"
+
+    @property
+    def kind(self) -> str:
+        return self.type.__name__
+
+    def ends(self, ctx: Context) -> tuple[float | None, float | None]:
+        return tuple(e.value(ctx) if isinstance(e, Bound) else e for e in (self.left, self.right))
+
+    def left_open(self) -> bool:
+        return self.closed in ("right", "neither")
+
+    def right_open(self) -> bool:
+        return self.closed in ("left", "neither")
+
+    def contains(self, v: float, ctx: Context) -> bool:
+        lo, hi = self.ends(ctx)
+        above = lo is None or (v > lo if self.left_open() else v >= lo)
+        below = hi is None or (v < hi if self.right_open() else v <= hi)
+        return above and below
+
+    def accept(self, v: Any, ctx: Context) -> int | float:
+        """The value as int or float; `Rejected` when it is not a finite number inside."""
+        v = _scalar(v)
+        if not _is_number(v) or not math.isfinite(v):
+            raise Rejected("a finite number")
+        if self.type is int and v != int(v):
+            raise Rejected("an integer")
+        v = self.type(v)
+        if not self.contains(v, ctx):
+            raise Rejected(f"in {self.text(ctx)}{self.at(ctx)}")
+        return v
+
+    def text(self, ctx: Context = Context()) -> str:
+        """Interval notation, e.g. `(0, inf)`, `[1, n-1]`, `[0, 0.25)`."""
+        def end(e: float | Bound | None, infinite: str) -> str:
+            return infinite if e is None else e.text(ctx) if isinstance(e, Bound) else _fmt(e)
+
+        left = "(" if self.left is None or self.left_open() else "["
+        right = ")" if self.right is None or self.right_open() else "]"
+        return f"{left}{end(self.left, '-inf')}, {end(self.right, 'inf')}{right}"
+
+    def at(self, ctx: Context) -> str:
+        """` at rollout_n=5` for each context field a bound of this interval reads."""
+        used = [e.field for e in (self.left, self.right) if isinstance(e, Bound) and getattr(ctx, e.field) is not None]
+        return "".join(f" at {f}={getattr(ctx, f)}" for f in used)
+
+    def narrow(self, lo: float, hi: float, ctx: Context) -> Interval:
+        """[lo, hi] cut to this interval in `ctx`; a side that lands on an open end stays open."""
+        valid_lo, valid_hi = self.ends(ctx)
+        left_open = valid_lo is not None and lo <= valid_lo and self.left_open()
+        right_open = valid_hi is not None and hi >= valid_hi and self.right_open()
+        lo = lo if valid_lo is None else max(lo, valid_lo)
+        hi = hi if valid_hi is None else min(hi, valid_hi)
+        return Interval(self.type, lo, hi, _sides(left_open, right_open))
+
+    def sampling_bounds(self) -> tuple[float, float] | None:
+        """Inclusive (lo, hi) for a sampler, stepping off open ends; None when nothing is inside.
+
+        For a range from `narrow` (both ends numbers).
+        """
+        lo, hi = self.left, self.right
+        if self.type is int:
+            lo = math.floor(lo) + 1 if self.left_open() else math.ceil(lo)
+            hi = math.ceil(hi) - 1 if self.right_open() else math.floor(hi)
+        else:
+            lo = math.nextafter(lo, math.inf) if self.left_open() else lo
+            hi = math.nextafter(hi, -math.inf) if self.right_open() else hi
+        return (lo, hi) if lo <= hi else None
+
+    def invalid(self, ctx: Context) -> list[Any]:
+        """Values this interval must reject: wrong types, non-finite, just outside each end."""
+        def past(end: float, direction: int) -> float:
+            return end + direction if self.type is int else math.nextafter(end, direction * math.inf)
+
+        out: list[Any] = ["x", True, None, math.nan, math.inf, -math.inf]
+        lo, hi = self.ends(ctx)
+        if lo is not None:
+            out.append(lo if self.left_open() else past(lo, -1))
+        if hi is not None:
+            out.append(hi if self.right_open() else past(hi, 1))
+        if self.type is int:
+            out.append((lo if lo is not None else 0) + 0.5)
+        return out
+
+
+@dataclass(frozen=True)
+class Options:
+    """One of `values`, of the same Python type (a bool option refuses 1, a string option refuses 1)."""
+
+    values: tuple[Any, ...]
+
+    @property
+    def kind(self) -> str:
+        return "bool" if all(isinstance(v, bool) for v in self.values) else "choice"
+
+    def accept(self, v: Any, ctx: Context) -> Any:
+        v = _scalar(v)
+        for option in self.values:
+            if type(option) is type(v) and option == v:
+                return option
+        raise Rejected("true or false" if self.kind == "bool" else f"one of {', '.join(map(str, self.values))}")
+
+    def text(self, ctx: Context = Context()) -> str:
+        return "{" + ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in self.values) + "}"
+
+    def invalid(self, ctx: Context) -> list[Any]:
+        return [1, "true", None] if self.kind == "bool" else ["bogus", 1, None]
+
+
+@dataclass(frozen=True)
+class ListOf:
+    """None (not given) or a list of numbers each inside `item`."""
+
+    item: Interval
+
+    kind = "floats"
+
+    def accept(self, v: Any, ctx: Context) -> list[float] | None:
+        if v is None:
+            return None
+        if isinstance(v, (str, bytes)) or not isinstance(v, (Sequence, np.ndarray)):
+            raise Rejected(f"a list of numbers in {self.item.text(ctx)}")
+        try:
+            return [float(self.item.accept(x, ctx)) for x in v]
+        except Rejected:
+            raise Rejected(f"a list of numbers in {self.item.text(ctx)}") from None
+
+    def text(self, ctx: Context = Context()) -> str:
+        return f"list of numbers in {self.item.text(ctx)}"
+
+    def invalid(self, ctx: Context) -> list[Any]:
+        return ["x", 1.0, *([x] for x in self.item.invalid(ctx))]
+
+
+Constraint = Interval | Options | ListOf
+BOOL = Options((False, True))
 
 
 @dataclass(frozen=True)
 class Param:
-    """One hyperparameter.
+    """One hyperparameter: its valid values, default, default search range and meaning.
 
-    `low`/`high` bound the valid values (None = unbounded; `*_open` makes a bound strict).
     `search` is the default search range where it differs from the valid one (it must, where the
-    valid range is unbounded). `high_from_n` = j bounds an int by `rollout_n + j` when n is known.
-    Non-searchable parameters are validated and canonicalised but never sampled.
+    valid range is unbounded). Non-searchable parameters are validated and canonicalised but never
+    sampled.
     """
 
     name: str
-    kind: Kind
     default: Any
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-    log: bool = False
-    choices: tuple[Any, ...] = ()
+    valid: Constraint
     search: tuple[float, float] | None = None
+    log: bool = False
     searchable: bool = True
-    high_from_n: int | None = None
     doc: str = ""
 
-    def range_text(self, rollout_n: int | None = None) -> str:
-        """The valid range in interval notation, e.g. `(0, inf)` or `{batch, informative}`."""
-        if self.kind == "bool":
-            return "{false, true}"
-        if self.kind == "choice":
-            return "{" + ", ".join(str(c) for c in self.choices) + "}"
-        if self.kind == "floats":
-            return "list of floats >= 0"
-        lo = "-inf" if self.low is None else _fmt(self.low)
-        hi = "inf" if self.high is None else _fmt(self.high)
-        if self.high_from_n is not None:
-            hi = f"n{self.high_from_n:+d}" if rollout_n is None else str(rollout_n + self.high_from_n)
-        left = "(" if self.low_open or self.low is None else "["
-        right = ")" if (self.high_open or self.high is None) and self.high_from_n is None else "]"
-        return f"{left}{lo}, {hi}{right}"
+    @property
+    def default_text(self) -> str:
+        return str(self.default).lower() if isinstance(self.default, bool) else str(self.default)
 
-    def search_text(self, bounds: tuple[float, float] | list[Any]) -> str:
-        """A search range for display; a bound stepped off an open valid bound shows as open."""
-        if isinstance(bounds, list):
-            return "{" + ", ".join(map(str, bounds)) + "}"
-        lo, hi = bounds
-        left = "(" if self.low_open and lo == math.nextafter(self.low, math.inf) else "["
-        right = ")" if self.high_open and hi == math.nextafter(self.high, -math.inf) else "]"
-        shown_lo = self.low if left == "(" else lo
-        shown_hi = self.high if right == ")" else hi
-        return f"{left}{_fmt(shown_lo)}, {_fmt(shown_hi)}{right}"
+
+Reduce = Callable[[dict[str, Any], Context, dict[str, Any]], "dict[str, Any] | None"]
+"""An actuator's canonical reduction: (validated params, context, defaults) -> the params of a
+configuration that acts identically, or None when it acts exactly as uniform GRPO."""
 
 
 @dataclass(frozen=True)
@@ -74,14 +264,6 @@ class LessThan:
 
     lower: str
     upper: str
-
-
-def _fmt(x: float) -> str:
-    return f"{x:g}"
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 @dataclass(frozen=True)
@@ -102,6 +284,10 @@ class ParamSpec:
         return [p.name for p in self.params]
 
     @property
+    def defaults(self) -> dict[str, Any]:
+        return {p.name: p.default for p in self.params}
+
+    @property
     def searchable(self) -> list[Param]:
         return [p for p in self.params if p.searchable]
 
@@ -113,7 +299,7 @@ class ParamSpec:
 
     # --- validation -------------------------------------------------------------------------
 
-    def validate(self, values: Mapping[str, Any] | None, rollout_n: int | None = None) -> dict[str, Any]:
+    def validate(self, values: Mapping[str, Any] | None, ctx: Context = Context()) -> dict[str, Any]:
         """Check names, types, ranges and constraints; return the values with defaults filled in."""
         values = dict(values or {})
         unknown = sorted(set(values) - set(self.names))
@@ -121,7 +307,13 @@ class ParamSpec:
             raise ValueError(
                 f"unknown parameter '{unknown[0]}' for {self.owner}; allowed: {', '.join(self.names) or '(none)'}"
             )
-        out = {p.name: self._check(p, values.get(p.name, p.default), rollout_n) for p in self.params}
+        out = {}
+        for p in self.params:
+            v = values.get(p.name, p.default)
+            try:
+                out[p.name] = p.valid.accept(v, ctx)
+            except Rejected as e:
+                raise ValueError(f"parameter '{p.name}' for {self.owner} must be {e}; got {v!r}") from None
         for c in self.constraints:
             if not out[c.lower] < out[c.upper]:
                 raise ValueError(
@@ -130,58 +322,44 @@ class ParamSpec:
                 )
         return out
 
-    def _check(self, p: Param, v: Any, rollout_n: int | None) -> Any:
-        where = f"parameter '{p.name}' for {self.owner}"
-        if p.kind == "bool":
-            if not isinstance(v, bool):
-                raise ValueError(f"{where} must be true or false; got {v!r}")
-            return v
-        if p.kind == "choice":
-            if v not in p.choices:
-                raise ValueError(f"{where} must be one of {', '.join(map(str, p.choices))}; got {v!r}")
-            return v
-        if p.kind == "floats":
-            if v is None:
-                return None
-            if not isinstance(v, Sequence) or not all(_is_number(x) and math.isfinite(x) and x >= 0 for x in v):
-                raise ValueError(f"{where} must be a list of finite numbers >= 0; got {v!r}")
-            return [float(x) for x in v]
-        if not _is_number(v) or not math.isfinite(v):
-            raise ValueError(f"{where} must be a finite number; got {v!r}")
-        if p.kind == "int":
-            if v != int(v):
-                raise ValueError(f"{where} must be an integer; got {v!r}")
-            v = int(v)
-        else:
-            v = float(v)
-        below = p.low is not None and (v <= p.low if p.low_open else v < p.low)
-        above = p.high is not None and (v >= p.high if p.high_open else v > p.high)
-        if below or above:
-            raise ValueError(f"{where} must be in {p.range_text()}; got {v!r}")
-        if p.high_from_n is not None and rollout_n is not None and v > rollout_n + p.high_from_n:
-            raise ValueError(f"{where} must be in {p.range_text(rollout_n)} at rollout_n={rollout_n}; got {v!r}")
-        return v
+    def invalid_examples(self, ctx: Context) -> list[dict[str, Any]]:
+        """Parameter dicts `validate` must reject: each constraint's invalid values, and each
+        `lower < upper` with both at one value valid for each."""
+        out = [{p.name: v} for p in self.params for v in p.valid.invalid(ctx)]
+        for c in self.constraints:
+            lo, hi = self._search_range(self.param(c.lower), None, ctx).sampling_bounds()
+            out.append({c.lower: (lo + hi) / 2, c.upper: (lo + hi) / 2})
+        return out
 
     # --- search ranges ----------------------------------------------------------------------
 
     def search_ranges(
-        self, ranges: Mapping[str, Any] | None = None, rollout_n: int | None = None
+        self, ranges: Mapping[str, Any] | None = None, ctx: Context = Context(), fixed: Mapping[str, Any] | None = None
     ) -> dict[str, tuple[float, float] | list[Any]]:
-        """Per searchable parameter: `(lo, hi)` (inclusive sampling bounds) or the list of choices.
+        """Per searchable parameter: inclusive sampling bounds `(lo, hi)` or the list of choices.
 
         `ranges` narrows a parameter: `(lo, hi)` for numbers, a subset of the choices otherwise;
-        a narrowed range must lie inside the declared valid range.
+        a narrowed range must lie inside the declared valid range. `fixed` values of parameters
+        not searched narrow their `lower < upper` partners.
         """
-        ranges = dict(ranges or {})
+        ranges, fixed = dict(ranges or {}), dict(fixed or {})
         allowed = [p.name for p in self.searchable]
         unknown = sorted(set(ranges) - set(allowed))
         if unknown:
             raise ValueError(
                 f"cannot search parameter '{unknown[0]}' of {self.owner}; searchable: {', '.join(allowed) or '(none)'}"
             )
-        out: dict[str, tuple[float, float] | list[Any]] = {}
+        out = {}
         for p in self.searchable:
-            out[p.name] = self._search_range(p, ranges.get(p.name), rollout_n)
+            r = self._search_range(p, ranges.get(p.name), ctx)
+            if isinstance(r, Interval):
+                r = self._below_or_above_fixed(p.name, r, fixed)
+                bounds = r.sampling_bounds()
+                if bounds is None:
+                    where = f"search range for '{p.name}' of {self.owner}"
+                    raise ValueError(f"{where} holds no {p.valid.kind} in {r.text()}")
+                r = bounds
+            out[p.name] = r
         for c in self.constraints:
             lo_range, hi_range = out.get(c.lower), out.get(c.upper)
             if isinstance(lo_range, tuple) and isinstance(hi_range, tuple) and not lo_range[0] < hi_range[1]:
@@ -191,42 +369,49 @@ class ParamSpec:
                 )
         return out
 
-    def _search_range(self, p: Param, narrowed: Any, rollout_n: int | None) -> tuple[float, float] | list[Any]:
+    def _search_range(self, p: Param, narrowed: Any, ctx: Context) -> Interval | list[Any]:
+        """The search range as an Interval (numbers) or the list of choices."""
         where = f"search range for '{p.name}' of {self.owner}"
-        if p.kind in ("bool", "choice"):
-            choices = list(p.choices) if p.kind == "choice" else [False, True]
+        valid = p.valid
+        if isinstance(valid, Options):
             if narrowed is None:
-                return choices
+                return list(valid.values)
             if not isinstance(narrowed, Sequence) or isinstance(narrowed, str) or not narrowed:
-                raise ValueError(f"{where} must be a non-empty list drawn from {choices}; got {narrowed!r}")
-            bad = [c for c in narrowed if c not in choices]
+                raise ValueError(f"{where} must be a non-empty list drawn from {list(valid.values)}; got {narrowed!r}")
+            bad = [c for c in narrowed if c not in valid.values]
             if bad:
-                raise ValueError(f"{where}: {bad[0]!r} is not allowed; allowed: {choices}")
+                raise ValueError(f"{where}: {bad[0]!r} is not allowed; allowed: {list(valid.values)}")
             return list(dict.fromkeys(narrowed))
         if narrowed is None:
-            lo, hi = p.search if p.search is not None else (p.low, p.high)
+            lo, hi = p.search if p.search is not None else valid.ends(Context())
         else:
             if not (isinstance(narrowed, Sequence) and len(narrowed) == 2 and all(map(_is_number, narrowed))):
                 raise ValueError(f"{where} must be a pair (low, high); got {narrowed!r}")
             lo, hi = float(narrowed[0]), float(narrowed[1])
-            outside = (p.low is not None and lo < p.low) or (p.high is not None and hi > p.high)
-            if outside or not lo <= hi or (p.kind == "float" and lo == hi):
-                raise ValueError(f"{where} {[lo, hi]} is not a non-empty interval inside {p.range_text()}")
-        if p.high_from_n is not None and rollout_n is not None:
-            hi = min(hi, rollout_n + p.high_from_n)
-        if p.kind == "int":
-            lo, hi = math.ceil(lo), math.floor(hi)
-            if lo > hi:
-                raise ValueError(f"{where} holds no integer in {p.range_text(rollout_n)}")
-            return (lo, hi)
+            valid_lo, valid_hi = valid.ends(Context())
+            outside = (valid_lo is not None and lo < valid_lo) or (valid_hi is not None and hi > valid_hi)
+            if outside or not lo <= hi or (valid.type is float and lo == hi):
+                raise ValueError(f"{where} {[lo, hi]} is not a non-empty interval inside {valid.text()}")
         if p.log and lo <= 0:
             raise ValueError(f"{where} is on a log scale and needs low > 0; got {lo}")
-        # Sampling bounds are inclusive: step off an open bound by one ulp.
-        if p.low_open and lo == p.low:
-            lo = math.nextafter(lo, math.inf)
-        if p.high_open and hi == p.high:
-            hi = math.nextafter(hi, -math.inf)
-        return (lo, hi)
+        return valid.narrow(lo, hi, ctx)
+
+    def _below_or_above_fixed(self, name: str, r: Interval, fixed: Mapping[str, Any]) -> Interval:
+        """Cut a searched range to stay above a fixed `lower` partner, or below a fixed `upper` one."""
+        for c in self.constraints:
+            if c.upper == name and c.lower in fixed and fixed[c.lower] >= r.left:
+                partner, relation = c.lower, "exceed"
+                cut = Interval(r.type, fixed[c.lower], r.right, _sides(True, r.right_open()))
+            elif c.lower == name and c.upper in fixed and fixed[c.upper] <= r.right:
+                partner, relation = c.upper, "stay below"
+                cut = Interval(r.type, r.left, fixed[c.upper], _sides(r.left_open(), True))
+            else:
+                continue
+            if cut.sampling_bounds() is None:
+                raise ValueError(f"impossible search range for {self.owner}: {name} in {r.text()} "
+                                 f"cannot {relation} fixed {partner}={fixed[partner]}")
+            r = cut
+        return r
 
     def _lower_of(self, name: str) -> str | None:
         """The parameter that must stay below `name` (sampled first), if any."""
@@ -235,31 +420,8 @@ class ParamSpec:
                 return c.lower
         return None
 
-    def tune_space(self, ranges: Mapping[str, Any] | None = None, rollout_n: int | None = None) -> dict[str, Any]:
-        """Ray Tune domains for the searchable parameters.
-
-        A constrained parameter (`upper` of `lower < upper`) gets a uniform domain whose sampler
-        reads the already-sampled sibling from the same config dict and draws from
-        (max(range low, sibling), range high], using Tune's random state; wherever the space is
-        nested in the Tune config, the sibling is found next to the domain itself.
-        """
-        from ray import tune
-
-        out: dict[str, Any] = {}
-        for name, r in self.search_ranges(ranges, rollout_n).items():
-            p = self.param(name)
-            if isinstance(r, list):
-                out[name] = tune.choice(r)
-            elif p.kind == "int":
-                out[name] = tune.lograndint(r[0], r[1] + 1) if p.log else tune.randint(r[0], r[1] + 1)
-            elif self._lower_of(name) is not None:
-                out[name] = _tune_above_sibling(r, self._lower_of(name))
-            else:
-                out[name] = tune.loguniform(*r) if p.log else tune.uniform(*r)
-        return out
-
     def suggest(
-        self, trial: Any, ranges: Mapping[str, Any] | None = None, rollout_n: int | None = None, prefix: str = ""
+        self, trial: Any, ranges: Mapping[str, Any] | None = None, ctx: Context = Context(), prefix: str = ""
     ) -> dict[str, Any]:
         """Sample the searchable parameters through Optuna's define-by-run `trial.suggest_*`.
 
@@ -268,11 +430,11 @@ class ParamSpec:
         Optuna names are `prefix + name`. Returns the values without the prefix.
         """
         out: dict[str, Any] = {}
-        for name, r in self.search_ranges(ranges, rollout_n).items():
+        for name, r in self.search_ranges(ranges, ctx).items():
             p, key = self.param(name), prefix + name
             if isinstance(r, list):
                 out[name] = trial.suggest_categorical(key, r)
-            elif p.kind == "int":
+            elif p.valid.type is int:
                 out[name] = trial.suggest_int(key, r[0], r[1], log=p.log)
             else:
                 lo, hi = r
@@ -282,56 +444,29 @@ class ParamSpec:
                 out[name] = trial.suggest_float(key, lo, hi, log=p.log)
         return out
 
-    def describe(self, rollout_n: int | None = None) -> str:
-        """Markdown table: name, type, default, valid range, search range (— = not searched), log, meaning."""
+    # --- docs -------------------------------------------------------------------------------
+
+    def search_text(self, name: str, ctx: Context = Context()) -> str:
+        """A searchable parameter's default search range, e.g. `(0, 1]`, `[0.01, 10] log`, `{a, b}`."""
+        p = self.param(name)
+        r = self._search_range(p, None, ctx)
+        return (r.text() if isinstance(r, Interval) else Options(tuple(r)).text()) + (" log" if p.log else "")
+
+    def describe(self, ctx: Context = Context()) -> str:
+        """Markdown table: name, type, default, valid range, search range (— = not searched), meaning."""
         rows = [
-            "| parameter | type | default | valid range | search range | log | meaning |",
-            "|---|---|---|---|---|---|---|",
+            "| parameter | type | default | valid range | search range | meaning |",
+            "|---|---|---|---|---|---|",
         ]
-        ranges = self.search_ranges(rollout_n=rollout_n)
         for p in self.params:
-            search = p.search_text(ranges[p.name]) if p.name in ranges else "—"
-            rows.append(
-                f"| `{p.name}` | {p.kind} | {p.default} | {p.range_text(rollout_n)} | {search} | "
-                f"{'yes' if p.log else 'no'} | {p.doc} |"
-            )
+            search = self.search_text(p.name, ctx) if p.searchable else "—"
+            valid = p.valid.text(ctx)
+            rows.append(f"| `{p.name}` | {p.valid.kind} | {p.default_text} | {valid} | {search} | {p.doc} |")
         for c in self.constraints:
-            rows.append(f"| *constraint* | | | `{c.lower} < {c.upper}` | | | |")
+            rows.append(f"| *constraint* | | | `{c.lower} < {c.upper}` | | |")
         return "\n".join(rows)
 
 
-def _tune_above_sibling(bounds: tuple[float, float], lower_name: str) -> Any:
-    """A Tune float domain on `bounds` whose draws stay strictly above the sibling `lower_name`."""
-    from ray.tune.search.sample import Domain, Float, Uniform, _BackwardsCompatibleNumpyRng
-    from ray.tune.search.variant_generator import RecursiveDependencyError
-
-    class AboveSibling(Uniform):
-        def sample(self, domain: Float, config: Any = None, size: int = 1, random_state: Any = None) -> Any:
-            holder = _dict_holding(config, domain)
-            if holder is None or lower_name not in holder:
-                raise ValueError(f"sibling '{lower_name}' not found next to its dependent parameter")
-            lower = holder[lower_name]
-            if isinstance(lower, Domain):
-                raise RecursiveDependencyError(f"waiting for '{lower_name}'")
-            if not isinstance(random_state, _BackwardsCompatibleNumpyRng):
-                random_state = _BackwardsCompatibleNumpyRng(random_state)
-            lo = max(domain.lower, math.nextafter(float(lower), math.inf))
-            items = random_state.uniform(lo, domain.upper, size=size)
-            return items if len(items) > 1 else domain.cast(items[0])
-
-    domain = Float(*bounds)
-    domain.set_sampler(AboveSibling())
-    return domain
-
-
-def _dict_holding(tree: Any, target: Any) -> dict | None:
-    """The dict in a nested config whose values include `target` (by identity)."""
-    if not isinstance(tree, dict):
-        return None
-    if any(v is target for v in dict.values(tree)):
-        return tree
-    for v in dict.values(tree):
-        found = _dict_holding(v, target)
-        if found is not None:
-            return found
-    return None
+def _sides(left_open: bool, right_open: bool) -> Closed:
+    """The `closed` value of an interval with these open sides."""
+    return CLOSED_BY_OPEN_SIDES[left_open, right_open]

@@ -3,7 +3,7 @@
 A method is a paper name (difffilter, topk, ...) or a component name (threshold_band, ...,
 which uses the component's default scorer). Its hyperparameters are the actuator's, then the
 scorer's options, then the selection flag `denominator` for selectors; everything below is
-derived from those declarations.
+derived from those declarations, and canonical forms from each actuator's own `reduce`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 
 from .batch import RolloutBatch
 from .mixers import MIXERS, Mixer, MixerRule
-from .params import ParamSpec
+from .params import Context, Param, ParamSpec
 from .reweighters import REWEIGHTERS, Reweighter, Weights, in_scope
 from .scorers import SCORERS, Scorer
 from .selectors import DENOMINATOR, SELECTORS, Selector, kept_group_advantages
@@ -116,10 +116,7 @@ class Policy:
         counts = batch.token_counts
         kept_tokens = counts[keep].sum()
         scale = counts.sum() / kept_tokens if p["denominator"] == "kept" and kept_tokens > 0 else 1.0
-        advantages = batch.advantages
-        if p.get("recompute_advantages"):
-            recomputed = kept_group_advantages(batch, keep).to(advantages.dtype)
-            advantages = recomputed[:, None].expand_as(advantages).masked_fill(batch.padding, 0)
+        advantages = kept_group_advantages(batch, keep) if p.get("recompute_advantages") else batch.advantages
         return _result(batch, Weights.per_response(keep.double() * scale, counts), advantages, keep)
 
 
@@ -158,7 +155,7 @@ def make_policy(method: str, params: Mapping[str, Any] | None = None, rollout_n:
     m = resolve(method)
     if m.kind == "mixer":
         raise ValueError(f"'{method}' is a mixer; build it with make_mixer(method, params, num_domains)")
-    return Policy(m, m.spec.validate(params, rollout_n))
+    return Policy(m, m.spec.validate(params, Context(rollout_n)))
 
 
 def make_mixer(
@@ -170,9 +167,7 @@ def make_mixer(
         raise ValueError(f"'{method}' is not a mixer; mixers: {', '.join(MIXERS)}")
     if num_domains < 1:
         raise ValueError(f"num_domains must be >= 1; got {num_domains}")
-    p = m.spec.validate(params)
-    if p.get("floor", 0.0) >= 1 / num_domains:
-        raise ValueError(f"parameter 'floor' for {method} must be < 1/K = {1 / num_domains:g}; got {p['floor']}")
+    p = m.spec.validate(params, Context(num_domains=num_domains))
     chosen = p.get("proportions") or static_proportions
     static = np.full(num_domains, 1 / num_domains) if chosen is None else np.asarray(chosen, dtype=float)
     if static.shape != (num_domains,) or (static < 0).any() or not static.sum() > 0:
@@ -182,62 +177,66 @@ def make_mixer(
 
 def validate_params(method: str, params: Mapping[str, Any] | None, rollout_n: int | None = None) -> dict[str, Any]:
     """The parameters with defaults filled in; ValueError naming what is wrong and what is allowed."""
-    return resolve(method).spec.validate(params, rollout_n)
-
-
-def tune_space(method: str, ranges: Mapping[str, Any] | None = None, rollout_n: int | None = None) -> dict[str, Any]:
-    """Ray Tune domains for the method's searchable parameters (see ParamSpec.tune_space)."""
-    return resolve(method).spec.tune_space(ranges, rollout_n)
+    return resolve(method).spec.validate(params, Context(rollout_n))
 
 
 def suggest_params(
     trial: Any, method: str, ranges: Mapping[str, Any] | None = None, prefix: str = "", rollout_n: int | None = None
 ) -> dict[str, Any]:
     """Sample the searchable parameters with an Optuna trial (see ParamSpec.suggest)."""
-    return resolve(method).spec.suggest(trial, ranges, rollout_n, prefix)
+    return resolve(method).spec.suggest(trial, ranges, Context(rollout_n), prefix)
 
 
 def describe_method(method: str, rollout_n: int | None = None) -> str:
     """Markdown: the method's scorer and actuator, then its parameter table."""
     m = resolve(method)
     scorer, actuator = m.key.split(":")
-    return f"**{method}** ({m.kind}; scorer `{scorer}`, actuator `{actuator}`)\n\n{m.spec.describe(rollout_n)}"
+    return f"**{method}** ({m.kind}; scorer `{scorer}`, actuator `{actuator}`)\n\n{m.spec.describe(Context(rollout_n))}"
 
 
 def methods_table() -> str:
     """Markdown table of the paper methods: scorer, actuator, searched and fixed hyperparameters."""
     rows = [
-        "| method | scorer | actuator | searched: default, search range | other options: default, valid range |",
+        "| method | scorer | actuator | searched: default, search range (in the valid range, where wider) "
+        "| other options: default, valid range |",
         "|---|---|---|---|---|",
     ]
     for name in PAPER_METHODS:
         m = resolve(name)
         scorer, actuator = m.key.split(":")
-        ranges = m.spec.search_ranges()
-        searched = "; ".join(
-            f"`{p.name}`: {p.default}, {p.search_text(ranges[p.name])}{' log' if p.log else ''}" for p in m.spec.searchable
-        )
-        fixed = "; ".join(f"`{p.name}`: {p.default}, {p.range_text()}" for p in m.spec.params if not p.searchable)
+        searched = "; ".join(f"`{p.name}`: {p.default_text}, {_search_and_valid(m.spec, p)}" for p in m.spec.searchable)
+        fixed = "; ".join(f"`{p.name}`: {p.default_text}, {p.valid.text()}" for p in m.spec.params if not p.searchable)
         constraints = "".join(f"; `{c.lower} < {c.upper}`" for c in m.spec.constraints)
         rows.append(f"| {name} | {scorer} | {actuator} | {(searched or '—') + constraints} | {fixed or '—'} |")
     return "\n".join(rows)
 
 
-def canonical_params(method: str, params: Mapping[str, Any] | None, rollout_n: int) -> dict[str, Any]:
-    """Validated parameters in a canonical form: configurations that act identically compare equal.
+def _search_and_valid(spec: ParamSpec, p: Param) -> str:
+    search, valid = spec.search_text(p.name), p.valid.text()
+    return search if search.removesuffix(" log") == valid else f"{search} in {valid}"
 
-    Defaults are filled, floats rounded to 6 significant digits, and exact reductions applied for
-    groups of `rollout_n` responses: threshold_band edges become the band that keeps the same
-    solve-rate levels k/n; per-group counts (max_variance f, topk f with scope=group) become k/n;
-    parameters that cannot matter (everything but the method when a band or top-k keeps all or
-    nothing, band settings when a reweighting is constant) are reset to their defaults.
+
+UNIFORM = "baseline"  # the method name a configuration that acts exactly as uniform GRPO canonicalises to
+
+
+def canonical_arm(method: str, params: Mapping[str, Any] | None, context: Context) -> tuple[str, dict[str, Any]]:
+    """(method, params) in a canonical form: configurations that act identically compare equal.
+
+    Defaults are filled, floats rounded to 6 significant digits, and the actuator's own reduction
+    applied for groups of `context.rollout_n` responses (band edges -> the solve-rate levels
+    they keep, per-group counts -> k/n, parameters that cannot matter -> defaults). A
+    configuration that acts exactly as uniform GRPO is (`baseline`, {}): the control's form.
     """
+    if context.rollout_n is None:
+        raise ValueError("canonical forms need the group size: pass a Context with rollout_n")
     m = resolve(method)
-    p = m.spec.validate(params, rollout_n)
-    reduce = _REDUCTIONS.get(m.actuator.name if m.actuator else "")
+    p: dict[str, Any] | None = m.spec.validate(params, context)
+    reduce = getattr(m.actuator, "reduce", None)
     if reduce is not None:
-        p = reduce(p, rollout_n, {q.name: q.default for q in m.spec.params})
-    return {k: _round(v) for k, v in p.items()}
+        p = reduce(p, context, m.spec.defaults)
+    if p is None:
+        return UNIFORM, {}
+    return method, {k: _round(v) for k, v in p.items()}
 
 
 def arm_key(method: str, canonical: Mapping[str, Any]) -> str:
@@ -252,58 +251,3 @@ def _round(v: Any) -> Any:
     if isinstance(v, list):
         return [_round(x) for x in v]
     return v
-
-
-def _reset(p: dict[str, Any], defaults: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
-    return {**p, **{k: defaults[k] for k in names}}
-
-
-def _band(p: dict[str, Any], n: int, defaults: dict[str, Any]) -> dict[str, Any]:
-    """Map edges to the kept levels K = {k : k/n in band}; canonical band [k_min - 1/2, k_max + 1/2] / n."""
-    rates = [k / n for k in range(n + 1)]
-    if p["inclusive"]:
-        kept = [k for k, r in enumerate(rates) if p["low"] <= r <= p["high"]]
-    else:
-        kept = [k for k, r in enumerate(rates) if p["low"] < r < p["high"]]
-    if not kept:
-        band = {"low": 0.0, "high": 0.5 / n, "inclusive": False}
-        return _reset({**p, **band}, defaults, ("success_threshold", "denominator"))
-    band = {"low": max(0.0, (kept[0] - 0.5) / n), "high": min(1.0, (kept[-1] + 0.5) / n), "inclusive": True}
-    if len(kept) == n + 1:
-        return _reset({**p, **band}, defaults, ("success_threshold", "denominator"))
-    return {**p, **band}
-
-
-def _per_group_fraction(p: dict[str, Any], n: int, count: int) -> dict[str, Any]:
-    return {**p, "f": count / n}
-
-
-def _topk(p: dict[str, Any], n: int, defaults: dict[str, Any]) -> dict[str, Any]:
-    if p["f"] == 1.0:
-        return _reset(p, defaults, ("scope", "agg", "denominator"))
-    if p["scope"] == "group":
-        return _per_group_fraction(p, n, max(1, int(np.ceil(round(p["f"] * n, 9)))))
-    return p
-
-
-def _max_variance(p: dict[str, Any], n: int, defaults: dict[str, Any]) -> dict[str, Any]:
-    return _per_group_fraction(p, n, max(1, int(np.floor(round(p["f"] * n, 9) + 0.5))))
-
-
-def _constant_when(name: str, neutral: float, band: tuple[str, ...]) -> Any:
-    """Reduction for a reweighter whose weights are all 1 when `name` == neutral."""
-
-    def reduce(p: dict[str, Any], n: int, defaults: dict[str, Any]) -> dict[str, Any]:
-        return _reset(p, defaults, band) if p[name] == neutral else p
-
-    return reduce
-
-
-_REDUCTIONS = {
-    "threshold_band": _band,
-    "topk_fraction": _topk,
-    "max_variance": _max_variance,
-    "difficulty_band": _constant_when("focus", 1.0, ("q_low", "q_high", "scope")),
-    "advantage_reweight": _constant_when("alpha", 0.0, ("scope",)),
-    "per_advantage": _constant_when("alpha", 0.0, ("scope", "agg")),
-}

@@ -9,6 +9,9 @@ norm1(w) = w / mean(w) over the normalisation scope: `batch` (all responses) or 
 | difficulty_band | focus if q_low-quantile <= s_i <= q_high-quantile else 1, s = reward; quantiles (linear interpolation) over the scope |
 | advantage_reweight | token level alpha * p_it + (1 - alpha), p = exp(old_log_probs); mean over valid tokens of the scope |
 | per_advantage | (|s_i| + 1e-8)^alpha, s = advantage magnitude |
+
+Each reweighter declares its canonical reduction (`reduce`, see params.Reduce) next to its
+rule: the settings under which its weights are all 1 act exactly as uniform GRPO.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any, Callable
 import torch
 
 from .batch import RolloutBatch
-from .params import LessThan, Param
+from .params import Context, Interval, LessThan, Options, Param, Reduce
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class Reweighter:
     params: tuple[Param, ...]
     weigh: Callable[[RolloutBatch, torch.Tensor, dict[str, Any], torch.Tensor], torch.Tensor | Weights]
     constraints: tuple[LessThan, ...] = ()
+    reduce: Reduce | None = None
 
 
 def in_scope(batch: RolloutBatch, scope: str) -> torch.Tensor:
@@ -77,6 +81,11 @@ def difficulty_band(batch: RolloutBatch, s: torch.Tensor, p: dict[str, Any], sco
     return norm1(torch.where(inside, p["focus"], 1.0).to(torch.float64), scope)
 
 
+def _difficulty_band_reduce(p: dict[str, Any], ctx: Context, defaults: dict[str, Any]) -> dict[str, Any] | None:
+    """All weights 1 when focus = 1 or when the band [0, 1] holds every response."""
+    return None if p["focus"] == 1.0 or (p["q_low"] == 0.0 and p["q_high"] == 1.0) else p
+
+
 def advantage_reweight(batch: RolloutBatch, prob: torch.Tensor, p: dict[str, Any], scope: torch.Tensor) -> Weights:
     """w_it = a_i p_it + b_i, computed in place in the workspace holding p.
 
@@ -104,8 +113,13 @@ def per_advantage(batch: RolloutBatch, s: torch.Tensor, p: dict[str, Any], scope
     return norm1((s.abs() + 1e-8) ** p["alpha"], scope)
 
 
+def _uniform_at_alpha_0(p: dict[str, Any], ctx: Context, defaults: dict[str, Any]) -> dict[str, Any] | None:
+    """advantage_reweight and per_advantage: all weights 1 when alpha = 0."""
+    return None if p["alpha"] == 0.0 else p
+
+
 SCOPE = Param(
-    "scope", "choice", "batch", choices=("batch", "informative"),
+    "scope", "batch", Options(("batch", "informative")),
     doc="normalise to mean 1 over all responses, or over those with non-zero advantage",
 )
 
@@ -115,7 +129,7 @@ REWEIGHTERS: dict[str, Reweighter] = {
         Reweighter(
             "softmax",
             "advantage_magnitude",
-            (Param("temperature", "float", 1.0, low=0.0, low_open=True, log=True, search=(0.01, 10.0),
+            (Param("temperature", 1.0, Interval(float, 0.0, None, "neither"), search=(0.01, 10.0), log=True,
                    doc="softmax temperature T"), SCOPE),
             softmax,
         ),
@@ -123,25 +137,28 @@ REWEIGHTERS: dict[str, Reweighter] = {
             "difficulty_band",
             "reward",
             (
-                Param("q_low", "float", 0.25, low=0.0, high=1.0, high_open=True, doc="lower quantile of the band"),
-                Param("q_high", "float", 0.75, low=0.0, high=1.0, low_open=True, doc="upper quantile of the band"),
-                Param("focus", "float", 2.0, low=1.0, search=(1.0, 8.0), doc="weight inside the band before norm1"),
+                Param("q_low", 0.25, Interval(float, 0.0, 1.0, "left"), doc="lower quantile of the band"),
+                Param("q_high", 0.75, Interval(float, 0.0, 1.0, "right"), doc="upper quantile of the band"),
+                Param("focus", 2.0, Interval(float, 1.0, None), search=(1.0, 8.0), doc="weight inside the band before norm1"),
                 SCOPE,
             ),
             difficulty_band,
             (LessThan("q_low", "q_high"),),
+            _difficulty_band_reduce,
         ),
         Reweighter(
             "advantage_reweight",
             "token_prob",
-            (Param("alpha", "float", 0.5, low=0.0, high=1.0, doc="mix between token probability and 1"), SCOPE),
+            (Param("alpha", 0.5, Interval(float, 0.0, 1.0), doc="mix between token probability and 1"), SCOPE),
             advantage_reweight,
+            reduce=_uniform_at_alpha_0,
         ),
         Reweighter(
             "per_advantage",
             "advantage_magnitude",
-            (Param("alpha", "float", 1.0, low=0.0, search=(0.0, 3.0), doc="priority exponent"), SCOPE),
+            (Param("alpha", 1.0, Interval(float, 0.0, None), search=(0.0, 3.0), doc="priority exponent"), SCOPE),
             per_advantage,
+            reduce=_uniform_at_alpha_0,
         ),
     )
 }

@@ -29,9 +29,18 @@ class SamplerDraw:
         return self.counts / max(1, int(self.counts.sum()))
 
 
-def largest_remainder(proportions: np.ndarray, total: int) -> np.ndarray:
-    """[K] non-negative ints summing to `total`, the largest-remainder rounding of p * total."""
-    raw = np.round(np.asarray(proportions, dtype=float) * total, 9)
+def largest_remainder(proportions: Any, total: int) -> np.ndarray:
+    """[K] non-negative ints summing to `total`, the largest-remainder rounding of p * total.
+
+    `proportions`: K >= 1 finite numbers >= 0 summing to 1 (within 1e-6; they are renormalised);
+    `total`: an integer >= 0. Anything else is a ValueError.
+    """
+    p = np.asarray(proportions, dtype=float)
+    if p.ndim != 1 or not p.size or not np.isfinite(p).all() or (p < 0).any() or abs(p.sum() - 1) > 1e-6:
+        raise ValueError(f"proportions must be non-negative numbers summing to 1; got {p.tolist()}")
+    if isinstance(total, (bool, np.bool_)) or not isinstance(total, (int, np.integer)) or total < 0:
+        raise ValueError(f"total must be an integer >= 0; got {total!r}")
+    raw = np.round(p / p.sum() * total, 9)
     counts = np.floor(raw).astype(np.int64)
     order = np.argsort(-(raw - counts), kind="stable")
     counts[order[: total - counts.sum()]] += 1
@@ -50,13 +59,10 @@ class DomainSampler:
         self.pos = [0] * len(pool_sizes)
 
     def draw(self, proportions: np.ndarray, batch_size: int) -> SamplerDraw:
-        p = np.asarray(proportions, dtype=float)
         k = len(self.pool_sizes)
-        if p.shape != (k,) or not np.isfinite(p).all() or (p < 0).any() or abs(p.sum() - 1) > 1e-6:
-            raise ValueError(f"proportions must be {k} non-negative numbers summing to 1; got {p.tolist()}")
-        if batch_size < 0:
-            raise ValueError(f"batch_size must be >= 0; got {batch_size}")
-        counts = largest_remainder(p / p.sum(), batch_size)
+        if np.shape(proportions) != (k,):
+            raise ValueError(f"proportions must be {k} numbers (one per domain); got shape {np.shape(proportions)}")
+        counts = largest_remainder(proportions, batch_size)
         empty = [d for d in range(k) if counts[d] and not self.pool_sizes[d]]
         if empty:
             raise ValueError(f"domain {empty[0]} has an empty pool but was assigned {counts[empty[0]]} prompts")

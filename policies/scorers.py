@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from .batch import RolloutBatch
-from .params import Param
+from .params import Interval, Options, Param
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ def advantage_magnitude(batch: RolloutBatch, p: dict[str, Any]) -> torch.Tensor:
         return batch.abs_advantage
     if p["agg"] == "sum":
         return batch.abs_advantage_sum
-    return batch.masked_abs_advantages().amax(dim=1).to(torch.float64)
+    return batch.abs_advantage_max
 
 
 def group_solve_rate(batch: RolloutBatch, p: dict[str, Any]) -> torch.Tensor:
@@ -62,13 +62,14 @@ SCORERS: dict[str, Scorer] = {
         Scorer("reward", (), reward),
         Scorer(
             "advantage_magnitude",
-            (Param("agg", "choice", "mean", choices=("mean", "sum", "max"), searchable=False,
+            (Param("agg", "mean", Options(("mean", "sum", "max")), searchable=False,
                    doc="how |A_it| is aggregated over the response's valid tokens"),),
             advantage_magnitude,
         ),
         Scorer(
             "group_solve_rate",
-            (Param("success_threshold", "float", 0.5, searchable=False, doc="a response counts as solved iff R_i > this"),),
+            (Param("success_threshold", 0.5, Interval(float, 0.0, 1.0, "left"), searchable=False,
+                   doc="a response counts as solved iff R_i > this (verifier rewards lie in [0, 1])"),),
             group_solve_rate,
         ),
         Scorer("token_prob", (), token_prob, token_level=True),

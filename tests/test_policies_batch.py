@@ -42,6 +42,8 @@ def test_derived_signals_by_hand():
         ("reward", torch.tensor([float("nan"), 0.0, float("inf")]), "reward has 2 NaN/inf"),
         ("advantages", torch.tensor([[float("nan")] * 4, [0.0] * 4, [0.0] * 4]), "advantages has 4 NaN/inf"),
         ("rollout_is_weights", torch.full((3, 4), float("inf")), "rollout_is_weights has 12 NaN/inf"),
+        ("old_log_probs", torch.tensor([[0.0, float("nan"), 0, 0], [-float("inf"), 0, 0, 0], [0.0] * 4]),
+         "old_log_probs has 2 NaN/inf entries at valid tokens"),
         ("group", torch.tensor([0.0, 1.0, 2.0]), "group must be an integer tensor"),
         ("domain", torch.tensor([0, -1, 0]), "domain must be >= 0"),
         ("reward", [1.0, 0.0, 1.0], "reward must be a torch.Tensor"),
@@ -52,6 +54,13 @@ def test_invalid_batches_name_the_signal(name, value, message):
     f[name] = value
     with pytest.raises((ValueError, TypeError), match=message):
         RolloutBatch(**f)
+
+
+def test_non_finite_old_log_probs_at_padded_tokens_are_ignored():
+    f = fields()
+    f["old_log_probs"] = torch.tensor([[-1.0, -0.5, float("nan"), -float("inf")], [-0.1] * 4, [float("nan")] * 4])
+    w = make_policy("ar", {"alpha": 1.0}).apply(RolloutBatch(**f)).token_weights
+    assert torch.isfinite(w).all()
 
 
 def test_bool_mask_and_is_weights_accepted():

@@ -41,7 +41,7 @@ def test_floor_is_exact():
     soft = make_mixer("dump_ucb", {"floor": 0.2}, num_domains=4)
     observe(soft, 0, {0: [1.0] * 50, 1: [0.0]})
     assert (soft.proportions(1) >= 0.2).all() and soft.proportions(1).sum() == pytest.approx(1.0)
-    with pytest.raises(ValueError, match=r"'floor' for reward_gap must be < 1/K = 0.25; got 0.25"):
+    with pytest.raises(ValueError, match=r"'floor' for reward_gap must be in \[0, 0.25\) at num_domains=4; got 0.25"):
         make_mixer("reward_gap", {"floor": 0.25}, num_domains=4)
 
 
@@ -161,6 +161,12 @@ def test_observe_rejects_bad_input():
     observe(m, 3, {0: [1.0]})
     with pytest.raises(ValueError, match="steps must not decrease"):
         observe(m, 2, {0: [1.0]})
+    bad = (([np.nan, 1.0], [0.5, 0.5], "reward"), ([0.0, 1.0], [np.inf, 0.5], "abs_advantage"))
+    for reward, abs_advantage, name in bad:
+        for as_array in (np.asarray, torch.tensor):
+            with pytest.raises(ValueError, match=f"observe: {name} has 1 NaN/inf entries"):
+                m.observe(4, as_array([0, 1]), as_array(reward), as_array(abs_advantage))
+    assert m.window.steps == [3]  # nothing recorded
 
 
 # --- sampler -------------------------------------------------------------------------------
@@ -179,6 +185,24 @@ def test_observe_rejects_bad_input():
 )
 def test_largest_remainder(p, total, counts):
     assert largest_remainder(np.array(p), total).tolist() == counts
+
+
+@pytest.mark.parametrize(
+    "p, total, message",
+    [
+        ([0.5, 0.6], 4, r"proportions must be non-negative numbers summing to 1; got \[0.5, 0.6\]"),
+        ([1.5, -0.5], 4, "proportions must be non-negative"),
+        ([np.nan, 1.0], 4, "proportions must be non-negative"),
+        ([], 4, "proportions must be non-negative"),
+        ([[0.5, 0.5]], 4, "proportions must be non-negative"),
+        ([0.5, 0.5], -1, "total must be an integer >= 0; got -1"),
+        ([0.5, 0.5], 2.5, "total must be an integer >= 0; got 2.5"),
+    ],
+)
+def test_largest_remainder_rejects_bad_input(p, total, message):
+    with pytest.raises(ValueError, match=message):
+        largest_remainder(p, total)
+    assert largest_remainder([0.5, 0.5 + 1e-9], np.int64(3)).sum() == 3  # renormalised within 1e-6
 
 
 def test_sampler_is_seeded_and_reports_counts():
@@ -217,8 +241,10 @@ def test_sampler_errors():
     s = DomainSampler([5, 0], seed=0)
     with pytest.raises(ValueError, match="domain 1 has an empty pool but was assigned 1"):
         s.draw(np.array([0.5, 0.5]), 2)
-    with pytest.raises(ValueError, match="proportions must be 2 non-negative numbers summing to 1"):
+    with pytest.raises(ValueError, match="proportions must be non-negative numbers summing to 1"):
         s.draw(np.array([0.5, 0.6]), 2)
+    with pytest.raises(ValueError, match=r"proportions must be 2 numbers \(one per domain\); got shape \(3,\)"):
+        s.draw(np.array([0.5, 0.25, 0.25]), 2)
     with pytest.raises(ValueError, match="pool_sizes"):
         DomainSampler([], seed=0)
 

@@ -8,7 +8,7 @@ import torch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from policies_batches import make_batch, random_batch
-from tune_dfrl.policies import make_policy
+from tune_dfrl.policies import RolloutBatch, make_policy
 
 
 def kept(method: str, params: dict, batch, n: int = 5) -> list[int]:
@@ -74,6 +74,29 @@ def test_topk_fraction_counts_and_ties():
     assert kept("topk", {"f": 0.4, "scope": "group"}, b) == [1, 3, 5, 6]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_equal_abs_advantages_of_different_lengths_tie_and_break_by_index(dtype):
+    """0.1 averaged over 3 tokens is 0.10000000000000002 by a plain sum; the rule says all three rows tie."""
+    adv = torch.full((3, 3), 0.1, dtype=dtype) * torch.tensor([1.0, -1.0, 1.0], dtype=dtype)[:, None]
+    b = make_batch([[1.0, 0.0, 1.0]], lengths=[3, 1, 3], advantages=adv)
+    assert b.abs_advantage[0] == b.abs_advantage[1] == b.abs_advantage[2] == float(torch.tensor(0.1, dtype=dtype))
+    assert kept("topk", {"f": 0.5}, b, n=3) == [0, 1]  # k = 2 of 3, ties by index
+    assert kept("topk", {"f": 0.5, "scope": "group"}, b, n=3) == [0, 1]
+
+
+def test_abs_advantage_is_the_mean_over_valid_tokens():
+    b = random_batch(prompts=20, n=4, max_len=9, seed=5, binary=False)
+    g = torch.Generator().manual_seed(1)
+    token_level = RolloutBatch(b.group, b.domain, b.reward, torch.randn(b.advantages.shape, generator=g),
+                               b.response_mask, b.old_log_probs)
+    left_padded = RolloutBatch(b.group, b.domain, b.reward, token_level.advantages, b.response_mask.flip(1),
+                               b.old_log_probs)
+    for batch in (b, token_level, left_padded):
+        plain = (batch.advantages.abs() * batch.response_mask).sum(1).double() / batch.lengths
+        assert torch.allclose(batch.abs_advantage, plain, rtol=1e-6, atol=0)
+        assert torch.equal(batch.abs_advantage_max, (batch.advantages.abs() * batch.response_mask).amax(1).double())
+
+
 def test_topk_agg_sum_and_max():
     adv = torch.tensor([[1.0, 1.0, 1.0, 1.0], [3.0, 0.0, 0.0, 0.0], [2.0, 2.0, 0.0, 0.0]])
     b = make_batch([[0.0, 1.0, 0.5]], lengths=[4, 1, 2], advantages=adv)
@@ -133,6 +156,16 @@ def test_recompute_advantages_matches_verl_on_the_kept_subset(method, params):
     assert torch.equal(r.advantages[~keep], torch.zeros_like(r.advantages[~keep]))
     unchanged = make_policy(method, params, rollout_n=5).apply(b)
     assert unchanged.advantages is b.advantages
+
+
+def test_recompute_keeps_the_batch_advantages_of_groups_kept_whole():
+    """gfpo keeps groups of size <= k whole; maxvar f=1 keeps all: their advantages are the batch's, bit for bit."""
+    b = make_batch([[1.0, 0.0, 0.0, 1.0, 1.0], [0.3, 0.9]], lengths=[2, 3, 4, 1, 2, 3, 1])
+    r = make_policy("gfpo", {"k": 2, "recompute_advantages": True}).apply(b)
+    assert torch.equal(r.advantages[5:], b.advantages[5:])  # the group of 2
+    assert not torch.equal(r.advantages[:5], b.advantages[:5])
+    whole = make_policy("maxvar", {"f": 1.0, "recompute_advantages": True}).apply(b)
+    assert torch.equal(whole.advantages, b.advantages)
 
 
 def test_existing_is_weights_are_multiplied_not_replaced():

@@ -2,18 +2,21 @@
 
 A selection passed as rollout_is_weights must equal training on the kept subset: times the kept
 token fraction with denominator=all (verl's token-mean keeps dropped tokens in the denominator),
-exactly with denominator=kept. Uniform reweighting must leave the loss unchanged.
+exactly with denominator=kept. Uniform reweighting must leave the loss unchanged, and so must
+every configuration whose canonical form is the control.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 import torch
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn
 from verl.workers.config import ActorConfig
 
-from policies_batches import random_batch
-from tune_dfrl.policies import RolloutBatch, make_policy
+from policies_batches import grpo_advantages, random_batch
+from tune_dfrl.policies import UNIFORM, Context, RolloutBatch, canonical_arm, make_policy
 
 CONFIG = ActorConfig(strategy="fsdp", rollout_n=8, ppo_micro_batch_size_per_gpu=1)
 VANILLA = get_policy_loss_fn("vanilla")
@@ -103,3 +106,44 @@ def test_reweighting_changes_the_loss(batch):
     r = make_policy("softmax", {"temperature": 0.1}, rollout_n=8).apply(batch)
     plain = loss(batch, log_prob, everyone, batch.advantages, None)
     assert abs(loss(batch, log_prob, everyone, r.advantages, r.token_weights).item() - plain.item()) > 1e-4
+
+
+def configurations() -> list[tuple[str, dict]]:
+    """A grid over every selector and reweighter, edges and keep-all settings included."""
+    edges = (0.0, 0.1, 0.125, 0.3, 0.5, 0.875, 0.9, 1.0)
+    grid = [("difffilter", {"low": lo, "high": hi, "inclusive": inc, "denominator": d, "success_threshold": t})
+            for lo, hi, inc, d, t in itertools.product(edges, edges, (False, True), ("all", "kept"), (0.5, 0.0))
+            if lo < hi and lo < 1.0]
+    grid += [("topk", {"f": f, "scope": s, "denominator": d})
+             for f, s, d in itertools.product((0.3, 0.5, 0.9, 1.0), ("batch", "group"), ("all", "kept"))]
+    grid += [("maxvar", {"f": f, "recompute_advantages": r, "denominator": d})
+             for f, r, d in itertools.product((0.3, 0.5, 0.94, 1.0), (False, True), ("all", "kept"))]
+    grid += [("gfpo", {"k": k, "recompute_advantages": r}) for k, r in itertools.product(range(1, 8), (False, True))]
+    grid += [("diffband", {"focus": f, "q_low": q[0], "q_high": q[1], "scope": s})
+             for f, q, s in itertools.product((1.0, 2.0), ((0.0, 1.0), (0.25, 0.75)), ("batch", "informative"))]
+    grid += [(m, {"alpha": a, "scope": s}) for m, a, s in itertools.product(("ar", "per"), (0.0, 0.5), ("batch", "informative"))]
+    return grid
+
+
+def test_configurations_with_one_canonical_form_give_the_same_loss_and_the_control_form_is_the_control(batch):
+    """verl's loss, bit for bit: the original configuration against its canonical form (binary rewards, n = 8),
+    on a batch with groups at every kind of level, all-unsolved and all-solved ones included."""
+    reward = batch.reward.clone()
+    reward[:8], reward[8:16] = 0.0, 1.0
+    batch = RolloutBatch(batch.group, batch.domain, reward, grpo_advantages(reward, batch.group, batch.response_mask),
+                         batch.response_mask, batch.old_log_probs)
+    log_prob = new_log_probs(batch, 5)
+    everyone = torch.ones(batch.num_responses, dtype=torch.bool)
+    control = loss(batch, log_prob, everyone, batch.advantages, None)
+    context = Context(rollout_n=8, binary_rewards=True)
+    as_control = 0
+    for method, params in configurations():
+        original = make_policy(method, params, rollout_n=8).apply(batch)
+        value = loss(batch, log_prob, everyone, original.advantages, original.token_weights)
+        canonical_method, canonical = canonical_arm(method, params, context)
+        again = make_policy(canonical_method, canonical, rollout_n=8).apply(batch)
+        assert torch.equal(value, loss(batch, log_prob, everyone, again.advantages, again.token_weights)), (method, params)
+        if canonical_method == UNIFORM:
+            as_control += 1
+            assert torch.equal(value, control), (method, params)
+    assert as_control > 50  # the grid does reach the control form from every kind of method

@@ -138,7 +138,7 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
     if scheduler["name"] in ("paired_asha", "race"):
         RungRule(scheduler["name"], scheduler["eta"], scheduler["confidence"], scheduler["min_seeds"], scheduler["grace_fraction"])
 
-    make_arm = ArmFactory(int(recipe["rollout_n"]), recipe_hash(recipe))
+    make_arm = ArmFactory(int(recipe["rollout_n"]), recipe_hash(recipe), binary_rewards=backend_name == "embedded")
     control = make_arm({"method": space.control_method, "params": space.control_params})
     for suggestion in [{"method": space.control_method, "params": space.control_params}, *space.default_suggestions()]:
         backend.validate(make_arm(suggestion), recipe)

@@ -15,15 +15,15 @@ A space file declares:
 
 The Optuna define-by-run sampler picks the method (`method`, categorical, when there are several)
 and then that method's searched parameters under the names `<method>.<param>`, so parameters are
-conditional on the method. An arm's id hashes its canonical form (policies' `arm_key`) with the
-training recipe, so configurations that act identically under one recipe are trained once.
+conditional on the method. An arm's id hashes its canonical form (policies' `canonical_arm` and
+`arm_key`) with the training recipe, so configurations that act identically under one recipe are
+trained once, and a suggestion that acts exactly as uniform GRPO gets the `baseline` control's id.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from tune_dfrl.backend import ArmSpec
-from tune_dfrl.policies import ParamSpec, arm_key, canonical_params, resolve, validate_params
+from tune_dfrl.policies import Context, ParamSpec, arm_key, canonical_arm, resolve, validate_params
 
 MECHANISMS = {"selection": "selector", "reweighting": "reweighter", "mixture": "mixer"}
 SPACE_KEYS = ("name", "description", "mechanism", "control", "methods")
@@ -129,14 +129,22 @@ class SpaceSampler:
 
 @dataclass(frozen=True)
 class ArmFactory:
-    """Suggestion -> ArmSpec with canonical params, an id keyed by the recipe, and a short label."""
+    """Suggestion -> ArmSpec with canonical params, an id keyed by the recipe, and a short label.
+
+    `binary_rewards`: the recipe's rewards are 0 or 1 (exact-match verifiers), so under GRPO a
+    group of n >= 2 that is all solved or all unsolved has advantage 0, and canonical forms use it.
+    A suggestion that acts exactly as uniform GRPO comes back as the `baseline` arm: the control of
+    selection and reweighting spaces, which the searcher then treats as a duplicate (not trained,
+    Optuna told 0).
+    """
 
     rollout_n: int
     recipe_hash: str
+    binary_rewards: bool = False
 
     def __call__(self, suggestion: Mapping[str, Any]) -> ArmSpec:
-        method = suggestion["method"]
-        canonical = canonical_params(method, suggestion.get("params") or {}, self.rollout_n)
+        context = Context(self.rollout_n, binary_rewards=self.binary_rewards)
+        method, canonical = canonical_arm(suggestion["method"], suggestion.get("params") or {}, context)
         digest = hashlib.sha256(f"{arm_key(method, canonical)}/{self.recipe_hash}".encode()).hexdigest()[:12]
         return ArmSpec(method=method, params=canonical, arm_id=digest, label=arm_label(method, canonical))
 
@@ -179,28 +187,7 @@ def _method_search(space: str, mechanism: str, method: str, entry: Mapping[str, 
         raise ValueError(f"{where}: parameter {both[0]!r} is both searched and fixed")
     if not search:
         raise ValueError(f"{where}: searches no parameter; list at least one under `search`")
-    validate_params(method, {k: v for k, v in fixed.items()}, rollout_n)  # unknown names / bad values
-    ranges = resolved.spec.search_ranges(search, rollout_n)  # unknown, unsearchable or empty ranges
-    ranges = {k: ranges[k] for k in search}
-    return MethodSearch(method, _respect_fixed(where, resolved.spec, ranges, fixed), fixed)
-
-
-def _respect_fixed(where: str, spec: ParamSpec, ranges: dict[str, Any], fixed: Mapping[str, Any]) -> dict[str, Any]:
-    """Shrink a searched range whose `lower < upper` partner is fixed; an empty range is an error."""
-    out = dict(ranges)
-    for c in spec.constraints:
-        if c.lower in fixed and c.upper in out:
-            lo, hi = out[c.upper]
-            lo = max(lo, math.nextafter(float(fixed[c.lower]), math.inf))
-            if lo > hi:
-                raise ValueError(f"{where}: impossible search range: {c.upper} in {list(out[c.upper])} "
-                                 f"cannot exceed fixed {c.lower}={fixed[c.lower]}")
-            out[c.upper] = (lo, hi)
-        if c.upper in fixed and c.lower in out:
-            lo, hi = out[c.lower]
-            hi = min(hi, math.nextafter(float(fixed[c.upper]), -math.inf))
-            if lo > hi:
-                raise ValueError(f"{where}: impossible search range: {c.lower} in {list(out[c.lower])} "
-                                 f"cannot stay below fixed {c.upper}={fixed[c.upper]}")
-            out[c.lower] = (lo, hi)
-    return out
+    valid = validate_params(method, fixed, rollout_n)  # unknown names / bad values
+    # unknown, unsearchable or empty ranges; a range whose `lower < upper` partner is fixed is cut
+    ranges = resolved.spec.search_ranges(search, Context(rollout_n), {k: valid[k] for k in fixed})
+    return MethodSearch(method, {k: ranges[k] for k in search}, fixed)
