@@ -378,10 +378,13 @@ class ParamSpec:
                 return list(valid.values)
             if not isinstance(narrowed, Sequence) or isinstance(narrowed, str) or not narrowed:
                 raise ValueError(f"{where} must be a non-empty list drawn from {list(valid.values)}; got {narrowed!r}")
-            bad = [c for c in narrowed if c not in valid.values]
-            if bad:
-                raise ValueError(f"{where}: {bad[0]!r} is not allowed; allowed: {list(valid.values)}")
-            return list(dict.fromkeys(narrowed))
+            chosen = []
+            for c in narrowed:
+                try:
+                    chosen.append(valid.accept(c, ctx))
+                except Rejected:
+                    raise ValueError(f"{where}: {c!r} is not allowed; allowed: {list(valid.values)}") from None
+            return list(dict.fromkeys(chosen))
         if narrowed is None:
             lo, hi = p.search if p.search is not None else valid.ends(Context())
         else:

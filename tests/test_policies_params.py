@@ -182,6 +182,7 @@ def test_a_fixed_partner_cuts_the_searched_range():
         ("topk", {"f": (0.6, 0.4)}, {}, r"not a non-empty interval"),
         ("softmax", {"agg": ["sum"]}, {}, r"cannot search parameter 'agg' of softmax; searchable: temperature, scope"),
         ("softmax", {"scope": ["everything"]}, {}, r"'everything' is not allowed"),
+        ("tscl", {"signed": [1]}, {}, r"search range for 'signed' of tscl: 1 is not allowed; allowed: \[False, True\]"),
         ("difffilter", {"low": (0.6, 0.9), "high": (0.1, 0.5)}, {}, r"impossible search range for difffilter"),
         ("difffilter", {"high": (0.1, 0.3)}, {"low": 0.5}, r"high in \[0.1, 0.3\] cannot exceed fixed low=0.5"),
         ("gfpo", {"k": (1.2, 1.8)}, {}, r"search range for 'k' of gfpo holds no int in \[1.2, 1.8\]"),
