@@ -222,10 +222,15 @@ def _carry_over(plan: Plan, searcher: Any, scheduler: Any, progress: Any) -> Non
 
 
 def _seed_control_cells(plan: Plan, cache: ControlCache) -> None:
-    """Control seeds found in the cache get their milestone log from it: their trials replay it instead of training."""
+    """Control seeds found in the cache get their milestone log from it: their trials replay it instead of training.
+    A cache that cannot be read is reported once and left alone (the control is trained)."""
     for seed in plan.seeds:
         log = cell_dir(plan.out / "cells", plan.control.arm_id, seed) / MILESTONES
-        cached = cache.get(seed)
+        try:
+            cached = cache.get(seed)
+        except (OSError, ValueError) as error:
+            print(f"warning: the control cache {cache.folder} cannot be read ({error}); the control is trained", flush=True)
+            return
         if cached is not None and not any(r["final"] for r in read_records(log)):
             write_records(log, cached)
 
