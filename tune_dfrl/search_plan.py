@@ -176,6 +176,7 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
                 settings.resume, settings.retry_failed, settings.max_retries, control_cache,
                 _faults(settings.fault_injection, seeds, milestones))
     _check_storage(plan)
+    check_folder_free(out)
     stored = check_out(plan)
     plan = replace(plan, tracking_uri=plan.tracking_uri or stored.get("tracking_uri") or default_tracking_uri(out),
                    experiment=plan.experiment or stored.get("experiment") or f"tune_dfrl/{out.name}")
@@ -198,10 +199,8 @@ def _check_storage(plan: Plan) -> None:
 
 
 def check_out(plan: Plan) -> dict[str, Any]:
-    """A new search needs an empty `out`; a resumed one the same search in it; neither a folder another driver
-    holds. Returns the stored search.json ({} if new)."""
+    """A new search needs an empty `out`; a resumed one the same search in it. Returns the stored search.json ({} if new)."""
     out, stored = plan.out, plan.out / "search.json"
-    check_folder_free(out)
     if not plan.resume:
         if stored.exists():
             raise SearchError(f"{out} already holds a search; pass resume=true to continue it, or choose another out=DIR")
