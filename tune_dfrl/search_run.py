@@ -1,9 +1,9 @@
 """Stage 2 of a search, the run: hold the output folder, start Ray Tune with the paired searcher and scheduler,
 record every milestone; then hand over to the report (`tune_dfrl.search_finish`).
 
-Order: the folder lock (`tune_dfrl.resume.hold_folder`), before anything else is written; the
-calibration smoke test; repair of torn last lines in the append-only logs; search.json, the
-attempt, benchmarks.json; the backend's preparation; the callbacks (results log, MLflow, control
+Order: the calibration smoke test (it writes nothing in OUT); the folder lock
+(`tune_dfrl.resume.hold_folder`), before anything else is written; repair of torn last lines in
+the append-only logs; search.json, the attempt, benchmarks.json; the backend's preparation; the callbacks (results log, MLflow, control
 cache, progress), each `Guarded` so that nothing it writes can fail a trial; then `Tuner.fit`.
 
 SIGINT (Ctrl-C, to the driver or its process group) and SIGTERM raise `Interrupted` in the driver:
@@ -78,16 +78,18 @@ def calibrate(backend: Backend) -> None:
 def run_search(plan: Plan) -> dict[str, Any]:
     """Run a planned search to the end; returns the report summary (also in OUT/summary.json)."""
     replaced = handle_interrupts()
-    lock = hold_folder(plan.out)
     try:
-        check_out(plan)  # again, holding the folder: another driver may have started a search here since planning
-        calibrate(plan.backend)
-        return _run(plan)
+        calibrate(plan.backend)  # writes nothing in OUT
+        lock = hold_folder(plan.out)
+        try:
+            check_out(plan)  # again, holding the folder: another driver may have started a search here since planning
+            return _run(plan)
+        finally:
+            os.close(lock)
     except Interrupted as interrupted:
         interrupted.hint = resume_hint(plan.out)
         raise
     finally:
-        os.close(lock)
         for sig, handler in replaced.items():
             signal.signal(sig, handler)
 
