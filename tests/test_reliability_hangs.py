@@ -39,6 +39,12 @@ def last_line(text: str) -> str:
     return text.strip().splitlines()[-1]
 
 
+def driver_traceback(text: str) -> bool:
+    """Whether the driver's own code raised through to the output (Ray Tune logs each crashed trial's traceback,
+    which names the trial function; those are expected)."""
+    return any(f"tune_dfrl/{name}" in text for name in ("search.py", "search_plan.py", "search_run.py", "search_finish.py"))
+
+
 CONTROL_FAILS = "fault_injection=[{arm: control, seed: 0, step: 5}, {arm: control, seed: 1, step: 5}]"
 
 
@@ -49,7 +55,7 @@ def test_every_control_seed_failing_ends_the_search_and_retry_failed_recovers_it
     assert last_line(done.stderr) == (f"error: every control seed failed (see {out}/failures.jsonl), so no arm could be "
                                        f"compared; fix the cause, then run the same command with resume=true "
                                        f"retry_failed=true out={out} to train them again")
-    assert "Traceback" not in done.stderr and len(records(out / "failures.jsonl")) == 2
+    assert not driver_traceback(done.stderr) and len(records(out / "failures.jsonl")) == 2
 
     with (out / "results.jsonl").open("a") as f:  # a crash in the middle of an append
         f.write('{"arm_id": "torn", "se')
@@ -81,7 +87,7 @@ def test_a_control_seed_that_keeps_crashing_ends_with_a_clear_message(tmp_path: 
     assert last_line(done.stderr) == (f"error: no arm shares 2 finished seeds with the control (the control failed at "
                                        f"seeds [1]; see {out}/failures.jsonl); fix the cause, then run the same command "
                                        f"with resume=true retry_failed=true out={out} to train the failed cells again")
-    assert "Traceback" not in done.stderr
+    assert not driver_traceback(done.stderr)
 
 
 def test_a_control_cache_that_cannot_be_written_fails_no_trial(tmp_path: Path) -> None:
@@ -116,7 +122,7 @@ def test_one_search_per_folder_and_interrupts_end_it_in_seconds(tmp_path: Path) 
     text = log.read_text()
     assert first.returncode == 130 and took < EXIT_S, (first.returncode, took, text[-3000:])
     assert last_line(text) == f"interrupted by SIGINT; to continue, run the same command with resume=true out={out}"
-    assert "Traceback" not in text and "database is locked" not in text
+    assert "Traceback" not in text and "database is locked" not in text  # no trial crashed here: no traceback at all
     client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name(f"tune_dfrl/{out.name}").experiment_id])
     assert runs and {r.info.status for r in runs} <= {"KILLED", "FINISHED"}
