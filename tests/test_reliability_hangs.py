@@ -105,7 +105,7 @@ def test_a_control_cache_that_cannot_be_written_fails_no_trial(tmp_path: Path) -
 def test_one_search_per_folder_and_interrupts_end_it_in_seconds(tmp_path: Path) -> None:
     out = short_tmp("tdfrl-int-") / "out"
     log = out.parent / "first.log"
-    slow = ("+backend.sleep_s=1.0", "control_cache=null")
+    slow = ("+backend.sleep_s=5.0", "control_cache=null")  # 50 s per cell: still running when interrupted
     first = start(synthetic_search_command(f"out={out}", *slow), out.parent, log=log)
     try:
         wait_for(lambda: bool(records(out / "results.jsonl")), RUN_TIMEOUT_S, "a first milestone")

@@ -6,7 +6,8 @@ Order: the calibration smoke test (it writes nothing in OUT); the folder lock
 the append-only logs; search.json, the attempt, benchmarks.json; the backend's preparation; the callbacks (results log, MLflow, control
 cache, progress), each `Guarded` so that nothing it writes can fail a trial; then `Tuner.fit`.
 
-SIGINT (Ctrl-C, to the driver or its process group) and SIGTERM raise `Interrupted` in the driver:
+SIGINT (Ctrl-C, to the driver or its process group) and SIGTERM raise `Interrupted` in the driver
+(inside `Tuner.fit`, at Tune's next step):
 the MLflow runs are marked KILLED (in a thread given `CLOSE_TIMEOUT_S`, so a locked store cannot
 hold the exit), Ray is shut down, and the CLI exits 128 + the signal number with one line that says
 how to resume.
@@ -23,6 +24,8 @@ import time
 import warnings
 from dataclasses import asdict
 from typing import Any
+
+from ray.tune import Callback
 
 from tune_dfrl.backend import Backend, BenchmarkInfo
 from tune_dfrl.backends import prepare_backend
@@ -47,15 +50,34 @@ class Interrupted(BaseException):
         self.hint = "run the same command with resume=true"  # completed with OUT by `run_search`
 
 
+class _Signals:
+    """The signal received, and whether the driver is inside `Tuner.fit`: there the handler only records it and
+    `RaiseOnSignal` raises at Tune's next step (an exception raised inside Ray's C calls comes out garbled)."""
+
+    received: int | None = None
+    deferred: bool = False
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)  # one is enough: the clean-up that follows is bounded
-    raise Interrupted(signum)
+    _Signals.received = signum
+    if not _Signals.deferred:
+        raise Interrupted(signum)
+
+
+class RaiseOnSignal(Callback):
+    """Raises `Interrupted` at the beginning of Tune's next step (every 0.1 s or so) once a signal was received."""
+
+    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        if _Signals.received is not None:
+            raise Interrupted(_Signals.received)
 
 
 def handle_interrupts() -> dict[int, Any]:
     """SIGINT and SIGTERM raise `Interrupted` (this also replaces the handler `ray.init` installs for SIGTERM);
     returns the handlers replaced (none off the main thread, where Python cannot set them)."""
+    _Signals.received, _Signals.deferred = None, False
     if threading.current_thread() is not threading.main_thread():
         return {}
     return {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -149,7 +171,7 @@ def _run(plan: Plan) -> dict[str, Any]:
         _carry_over(plan, searcher, scheduler, progress)
     results_log = Guarded(ResultsLog(out / "results.jsonl", out / "failures.jsonl", attempt), f"writing {out}/results.jsonl",
                           "the search goes on (each cell keeps its milestones); it ends without a report")
-    callbacks = [results_log, tracker, Guarded(progress, "the progress line", "no more progress lines")]
+    callbacks = [RaiseOnSignal(), results_log, tracker, Guarded(progress, "the progress line", "no more progress lines")]
     if plan.control_cache is not None:
         cache = ControlCache(plan.control_cache, plan.backend_name, plan.make_arm.recipe_hash, plan.control.arm_id, plan.milestones)
         _seed_control_cells(plan, cache)
@@ -180,11 +202,15 @@ def _run(plan: Plan) -> dict[str, Any]:
                                       verbose=0, failure_config=tune.FailureConfig(max_failures=plan.max_retries),
                                       callbacks=callbacks),
         )
+        _Signals.deferred = True
         tuner.fit()
+        if _Signals.received is not None:  # arrived after Tune's last step
+            raise Interrupted(_Signals.received)
     except BaseException:
         _close_within(tracker, "KILLED", CLOSE_TIMEOUT_S)
         raise
     finally:
+        _Signals.deferred = False
         if started_ray:
             ray.shutdown()
     return finish(plan, tracker, scheduler, results_log, searcher)
