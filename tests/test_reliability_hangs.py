@@ -120,6 +120,7 @@ def test_one_search_per_folder_and_interrupts_end_it_in_seconds(tmp_path: Path) 
     finally:
         stop(first, marker=str(out))
     text = log.read_text()
+    print(f"SIGINT to the process group: exit {first.returncode} after {took:.1f} s")
     assert first.returncode == 130 and took < EXIT_S, (first.returncode, took, text[-3000:])
     assert last_line(text) == f"interrupted by SIGINT; to continue, run the same command with resume=true out={out}"
     assert "Traceback" not in text and "database is locked" not in text  # no trial crashed here: no traceback at all
@@ -137,6 +138,7 @@ def test_one_search_per_folder_and_interrupts_end_it_in_seconds(tmp_path: Path) 
     finally:
         stop(resumed, marker=str(out))
     text = log.read_text()
+    print(f"SIGTERM to the driver: exit {resumed.returncode} after {took:.1f} s")
     assert resumed.returncode == 143 and took < EXIT_S, (resumed.returncode, took, text[-3000:])
     assert last_line(text) == f"interrupted by SIGTERM; to continue, run the same command with resume=true out={out}"
     assert "Traceback" not in text
