@@ -47,6 +47,7 @@ def main() -> None:
     import hydra
     from omegaconf import OmegaConf
 
+    register_configs()
     if not any(a.startswith("-") for a in sys.argv[1:]):
         try:
             plan_search(compose(sys.argv[1:]))  # every key, value, path and service, before anything starts
