@@ -27,7 +27,7 @@ Rules (checked in order; the first that applies decides):
 So `race` stops exactly the credibly-worse arms, and `paired_asha` additionally protects the
 top ceil(n/eta) arms even when they are credibly worse than the leader.
 
-Defaults (paired_asha, eta 3, confidence 0.8, min_seeds 2, grace_fraction 0.2) were chosen with
+The defaults, declared once in `tune_dfrl.settings.SchedulerSettings`, were chosen with
 benchmarks/search_decisions.py (docs/readme_decisions.md): without a grace period the earliest,
 most misleading milestones stopped the truly best arm in about 1 campaign of 5.
 """
