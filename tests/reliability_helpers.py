@@ -97,3 +97,24 @@ def wait_for(condition, timeout_s: float, what: str, poll_s: float = 0.5) -> Non
 def tree_bytes(root: Path) -> dict[str, bytes]:
     """Every file under `root` with its content (to show that a refused command changed nothing)."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# `python -m tune_dfrl.search` with the synthetic backend of search_helpers registered (tests only): fast trials,
+# the real CLI, Ray, Optuna and MLflow. `+backend.sleep_s=S` slows each training step.
+SYNTHETIC_CLI = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import ray.cloudpickle
+import search_helpers
+from tune_dfrl import backends, search
+ray.cloudpickle.register_pickle_by_value(search_helpers)
+backends.BACKENDS["synthetic"] = search_helpers.build
+sys.argv = ["tune_dfrl.search", *sys.argv[1:]]
+search.main()
+"""
+SMALL = ("backend.name=synthetic", "space=maxvar_keep", "seeds=2", "arms=1", "steps=10", "milestone_every=5",
+         "ray.num_cpus=2")
+
+
+def synthetic_search_command(*overrides: str) -> list[str]:
+    return [sys.executable, "-c", SYNTHETIC_CLI, *SMALL, *overrides]

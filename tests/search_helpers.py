@@ -59,7 +59,7 @@ class SyntheticBackend:
         state = checkpoint_dir / "state.json"
         done = json.loads(state.read_text())["step"] if state.exists() else 0
         steps, every = int(recipe["steps"]), int(recipe["milestone_every"])
-        for step in range(done + 1, steps + 1):
+        for step in range(max(done, 1), steps + 1):  # from the checkpoint's milestone: re-reported, as real backends do
             time.sleep(self.sleep_s)
             if step % every and step != steps:
                 continue

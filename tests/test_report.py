@@ -19,6 +19,7 @@ from tune_dfrl.backend import BenchmarkInfo
 from tune_dfrl import render
 from tune_dfrl.report import _main, analyze, default_control, write_report
 from tune_dfrl.scores import BenchmarkSet, ScoreTable, load_csv, load_results
+from tune_dfrl.settings import register_settings
 
 from repo_files import DATAFLEX_CSV
 
@@ -386,6 +387,7 @@ def test_milestones_give_learning_curves_and_efficiency(tmp_path):
 
 
 def report_config(overrides: list[str]):
+    register_settings()  # the typed defaults conf/report.yaml selects
     with initialize(version_base="1.3", config_path="../tune_dfrl/conf"):
         return compose("report", overrides=overrides)
 

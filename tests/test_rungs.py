@@ -137,11 +137,12 @@ def test_rungs_are_milestones_before_the_last_from_the_grace_fraction_on():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"mode": "asha"}, "unknown rung mode 'asha'; allowed: paired_asha, race"),
-        ({"eta": 1.0}, "eta must be > 1"),
-        ({"confidence": 1.0}, "confidence must be in \\(0, 1\\)"),
-        ({"min_seeds": 1}, "min_seeds must be >= 2"),
-        ({"grace_fraction": 1.0}, "grace_fraction must be in \\[0, 1\\)"),
+        ({"mode": "asha"}, "scheduler.name='asha': allowed: one of paired_asha, race"),
+        ({"eta": 1.0}, "scheduler.eta=1.0: allowed: a number > 1"),
+        ({"confidence": 1.0}, "scheduler.confidence=1.0: allowed: a number in \\(0, 1\\)"),
+        ({"min_seeds": 1}, "scheduler.min_seeds=1: allowed: an integer >= 2"),
+        ({"min_seeds": 2.5}, "scheduler.min_seeds=2.5: allowed: an integer >= 2"),
+        ({"grace_fraction": 1.0}, "scheduler.grace_fraction=1.0: allowed: a number in \\[0, 1\\)"),
     ],
 )
 def test_bad_rules_are_rejected(kwargs, message):

@@ -17,6 +17,7 @@ from ray.tune.schedulers import TrialScheduler
 from decisions_helpers import load_benchmark
 from tune_dfrl.rungs import RungRule, decide
 from tune_dfrl.scheduler import ArmDecision, make_scheduler
+from tune_dfrl.settings import SchedulerSettings
 
 METRIC = "score/db"
 STEPS = (10, 20, 30, 40, 50)  # milestones; with GRACE = 0.4 the rungs are 20, 30, 40
@@ -41,8 +42,8 @@ def scripted_run(mode: str, scores: np.ndarray, order: np.ndarray, bench) -> tup
     """Drive the scheduler on one campaign's scores [A, S, M]; return its decisions and milestones run per arm."""
     decisions: list[ArmDecision] = []
     scheduler = make_scheduler(
-        mode, metric=METRIC, control=bench.CONTROL, seeds=SEEDS, milestones=STEPS, eta=ETA, confidence=CONFIDENCE,
-        grace_fraction=GRACE, on_decision=decisions.append,
+        SchedulerSettings(mode, eta=ETA, confidence=CONFIDENCE, grace_fraction=GRACE), metric=METRIC,
+        control=bench.CONTROL, seeds=SEEDS, milestones=STEPS, on_decision=decisions.append,
     )
     n_arms = scores.shape[0]
     trials = {

@@ -144,12 +144,17 @@ class PairedRepeater(Searcher):
         self.set_state(saved["state"])
         self.searcher = saved["searcher"]
 
-    def resume(self, checkpoint_path: str | Path, n_arms: int) -> None:
+    def resume(self, checkpoint_path: str | Path, n_arms: int,
+               run_again: Callable[[str, int, str], bool] = lambda arm_id, seed, end: False) -> None:
         """Continue a saved search with up to `n_arms` searched arms: known arms keep their ids and outcomes,
-        Optuna its study; every cell that has not ended (finished, stopped or failed) is queued again."""
+        Optuna its study; every cell that has not ended (finished, stopped or failed), and every ended cell
+        for which `run_again(arm_id, seed, end)` holds, is queued again."""
         self.restore(str(checkpoint_path))
         self.n_arms = n_arms
         self._cells = {}
+        for arm_id, ends in self._ends.items():
+            for seed in [seed for seed, end in ends.items() if run_again(arm_id, seed, end)]:
+                del ends[seed]
         self._queue = [arm_config(arm, seed) for arm_id, arm in self.arms.items()
                        for seed in self.seeds if seed not in self._ends.get(arm_id, {})]
 
@@ -158,6 +163,11 @@ class PairedRepeater(Searcher):
     def cells_of(self, arm_id: str) -> dict[int, str]:
         """seed -> finished | stopped | failed, for the seeds of `arm_id` that ended."""
         return dict(self._ends.get(arm_id, {}))
+
+    def control_failed(self) -> bool:
+        """True when every control seed failed: no arm can be compared, so none is suggested."""
+        ends = self._ends.get(self.control.arm_id, {})
+        return all(ends.get(seed) == FAILED for seed in self.seeds)
 
     def paired_deltas(self, arm_id: str, step: int) -> dict[int, float]:
         """seed -> m(arm, seed, step) - m(control, seed, step), over the seeds where both have a value."""
@@ -175,7 +185,7 @@ class PairedRepeater(Searcher):
         """Queue the next distinct arm's seeds (the control first); False when the search is over."""
         if not self.arms:
             return self._enqueue(self.control, inner_id=None)
-        if len(self.arms) - 1 >= self.n_arms or self._exhausted:
+        if len(self.arms) - 1 >= self.n_arms or self._exhausted or self.control_failed():
             return False
         for _ in range(self.max_duplicates):
             inner_id = f"arm{self._suggested:04d}"

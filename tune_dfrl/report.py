@@ -338,14 +338,21 @@ def _main(cfg: Any) -> None:
 
 
 def cli() -> None:
-    """Entry point: Hydra `key=value` overrides; `filter.COLUMN=VALUE` may omit Hydra's `+`."""
+    """Entry point: Hydra `key=value` overrides; `filter.COLUMN=VALUE` may omit Hydra's `+`. The statistics
+    settings (delta, alpha, flip_k, seed) are checked first (`tune_dfrl.settings.ReportSettings`)."""
+    import dataclasses
+
     import hydra
 
+    from tune_dfrl.settings import ReportSettings, from_mapping, register_settings
+
     sys.argv = [("+" + a if a.startswith("filter.") else a) for a in sys.argv]
+    register_settings()
 
     @hydra.main(config_path="conf", config_name="report", version_base="1.3")
     def run(cfg: Any) -> None:
         try:
+            from_mapping(ReportSettings, {f.name: cfg[f.name] for f in dataclasses.fields(ReportSettings)})
             _main(cfg)
         except (ValueError, FileNotFoundError) as error:
             print(f"error: {error}", file=sys.stderr)

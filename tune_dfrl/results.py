@@ -61,6 +61,44 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def repair_log(path: Path) -> str | None:
+    """Repair a torn last line of the JSON-lines log `path` (a crash in the middle of an append): cut it when
+    it is not JSON, end it with its newline when it is. Returns a note saying what was done, None when the log
+    was whole. A bad line before the last is no torn write: ValueError naming it."""
+    if not path.exists():
+        return None
+    data = path.read_bytes()
+    *lines, tail = data.split(b"\n")  # tail: the text after the last newline (empty in a whole log)
+    for number, line in enumerate(lines, 1):
+        if line.strip() and not _is_json(line):
+            raise ValueError(f"{path}: line {number} is not JSON ({line[:60]!r}); only a torn last line is repaired")
+    if not tail:
+        return None
+    with path.open("r+b") as f:
+        if _is_json(tail):
+            f.seek(len(data))
+            f.write(b"\n")
+            return f"{path.name}: its last line lacked the newline (a crash in the middle of a write); added it"
+        f.truncate(len(data) - len(tail))
+    return f"{path.name}: cut a torn last line ({len(tail)} bytes, a crash in the middle of a write)"
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
+def append_record(path: Path, record: Mapping[str, Any]) -> None:
+    """Append one JSON line to `path`, starting on a fresh line even after a torn write."""
+    with path.open("a+b") as f:
+        if f.tell() and (f.seek(f.tell() - 1), f.read(1))[1] != b"\n":
+            f.write(b"\n")
+        f.write(json.dumps(record).encode() + b"\n")
+
+
 def write_records(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
     """Write JSON lines atomically: a temporary file in the same folder, renamed into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -85,17 +123,14 @@ class ResultsLog(Callback):
         if key in self._written:
             return
         self._written.add(key)
-        self._append(self.path, {**milestone_record(arm, seed, result), "attempt": self.attempt})
+        append_record(self.path, {**milestone_record(arm, seed, result), "attempt": self.attempt})
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         arm, seed = trial.config["arm"], int(trial.config["seed"])
         error = Path(trial.error_file).read_text().strip() if trial.error_file and Path(trial.error_file).exists() else ""
-        self._append(self.failures, {"arm_id": arm["arm_id"], "label": arm["label"], "seed": seed,
+        append_record(self.failures, {"arm_id": arm["arm_id"], "label": arm["label"], "seed": seed,
                                      "step": int((trial.last_result or {}).get("step", 0)),
                                      "failures": int(trial.num_failures), "error": error.splitlines()[-1] if error else "",
                                      "attempt": self.attempt})
 
-    @staticmethod
-    def _append(path: Path, record: Mapping[str, Any]) -> None:
-        with path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+

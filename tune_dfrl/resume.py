@@ -7,24 +7,71 @@
     OUT/state/searcher.pkl     the PairedRepeater (arms suggested, cell outcomes, Optuna's state)
     OUT/state/scheduler.pkl    the paired scheduler's rung book (arms stopped, and on what)
     OUT/state/attempts.jsonl   one line per driver run
+    OUT/search.lock            held (fcntl.flock) by the one driver that runs the search; names it
 
 Every file is either appended line by line or rewritten atomically (temporary file, rename)
 after each event, so a kill at any moment leaves a consistent state. A resumed search rebuilds
 its Ray Tune experiment from these files rather than from Tune's own experiment snapshot, which is
 written only periodically: cells that ended are not run again, the others start again, replay
 their milestone log and continue from their last checkpoint.
+
+One search per folder: a driver takes an exclusive `flock` on OUT/search.lock before it writes
+anything else and holds it to the end. The kernel releases it when the process dies, so the lock
+of a killed driver never blocks a resume; the file's text (PID, host, start time) only names the
+holder in the message another driver gets.
 """
 
 from __future__ import annotations
 
-import json
+import fcntl
 import os
+import socket
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tune_dfrl.results import append_record
+
 MAX_LISTED = 5
+LOCK = "search.lock"
+
+
+class FolderInUse(ValueError):
+    """Another driver holds the output folder."""
+
+
+def hold_folder(out: Path) -> int:
+    """Take the folder's lock for this process (returns the open file descriptor: keep it open until the end)."""
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 1000, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise _in_use(out, holder) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S %Z')}".encode(), 0)
+    return fd
+
+
+def check_folder_free(out: Path) -> None:
+    """FolderInUse when a live driver holds `out` (tries the lock and lets it go at once)."""
+    if not (out / LOCK).is_file():
+        return
+    fd = os.open(out / LOCK, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _in_use(out, os.pread(fd, 1000, 0).decode(errors="replace").strip()) from None
+    finally:
+        os.close(fd)
+
+
+def _in_use(out: Path, holder: str) -> FolderInUse:
+    return FolderInUse(f"{out} is in use by another search ({holder or 'holder unknown'}); one search per folder: "
+                       "wait for it to end (then resume=true continues it), or choose another out=DIR")
 
 
 def state_dir(out: Path) -> Path:
@@ -40,12 +87,15 @@ def save_atomically(path: Path, save: Callable[[str], None]) -> None:
 
 def start_attempt(out: Path, resume: bool) -> int:
     """Record a driver run in OUT/state/attempts.jsonl; returns its index (0 for the first run)."""
-    path = state_dir(out) / "attempts.jsonl"
+    path = attempts_log(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     attempt = len(path.read_text().splitlines()) if path.exists() else 0
-    with path.open("a") as f:
-        f.write(json.dumps({"attempt": attempt, "resume": resume, "pid": os.getpid(), "time": time.time()}) + "\n")
+    append_record(path, {"attempt": attempt, "resume": resume, "pid": os.getpid(), "time": time.time()})
     return attempt
+
+
+def attempts_log(out: Path) -> Path:
+    return state_dir(out) / "attempts.jsonl"
 
 
 def differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:

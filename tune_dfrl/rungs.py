@@ -27,7 +27,7 @@ Rules (checked in order; the first that applies decides):
 So `race` stops exactly the credibly-worse arms, and `paired_asha` additionally protects the
 top ceil(n/eta) arms even when they are credibly worse than the leader.
 
-Defaults (paired_asha, eta 3, confidence 0.8, min_seeds 2, grace_fraction 0.2) were chosen with
+The defaults, declared once in `tune_dfrl.settings.SchedulerSettings`, were chosen with
 benchmarks/search_decisions.py (docs/readme_decisions.md): without a grace period the earliest,
 most misleading milestones stopped the truly best arm in about 1 campaign of 5.
 """
@@ -42,30 +42,28 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats
 
-MODES = ("paired_asha", "race")
+from tune_dfrl.settings import PAIRED_SCHEDULERS, OneOf, SchedulerSettings, check_fields, checked
 
 
 @dataclass(frozen=True)
 class RungRule:
-    """How the paired scheduler decides at a rung (see the module docstring for the exact rules)."""
+    """How the paired scheduler decides at a rung (see the module docstring for the exact rules); the
+    defaults and allowed ranges are the scheduler settings' (`tune_dfrl.settings.SchedulerSettings`)."""
 
-    mode: str = "paired_asha"  # "paired_asha" | "race"
-    eta: float = 3.0  # paired_asha keeps the top ceil(n/eta) arms by mean paired delta (at least 1)
-    confidence: float = 0.8  # two-sided level of the paired t-interval of (candidate - leader)
-    min_seeds: int = 2  # fewer common seeds than this -> always keep
-    grace_fraction: float = 0.2  # milestones before this fraction of the last milestone are not rungs
+    mode: str = SchedulerSettings.name  # "paired_asha" | "race"
+    eta: float = SchedulerSettings.eta  # paired_asha keeps the top ceil(n/eta) arms by mean paired delta (at least 1)
+    confidence: float = SchedulerSettings.confidence  # two-sided level of the paired t-interval of (candidate - leader)
+    min_seeds: int = SchedulerSettings.min_seeds  # fewer common seeds than this -> always keep
+    grace_fraction: float = SchedulerSettings.grace_fraction  # milestones before this fraction of the last are not rungs
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"unknown rung mode {self.mode!r}; allowed: {', '.join(MODES)}")
-        if not self.eta > 1.0:
-            raise ValueError(f"rung eta must be > 1 (keeps the top ceil(n/eta) arms); got {self.eta}")
-        if not 0.0 < self.confidence < 1.0:
-            raise ValueError(f"rung confidence must be in (0, 1); got {self.confidence}")
-        if self.min_seeds < 2:
-            raise ValueError(f"rung min_seeds must be >= 2 (a paired interval needs 2 seeds); got {self.min_seeds}")
-        if not 0.0 <= self.grace_fraction < 1.0:
-            raise ValueError(f"rung grace_fraction must be in [0, 1); got {self.grace_fraction}")
+        checked("scheduler.name", self.mode, OneOf(PAIRED_SCHEDULERS))
+        check_fields(self, SchedulerSettings, "scheduler.")
+
+    @classmethod
+    def of(cls, settings: SchedulerSettings) -> RungRule:
+        """The rule of a paired scheduler's settings (`name` paired_asha or race)."""
+        return cls(settings.name, settings.eta, settings.confidence, settings.min_seeds, settings.grace_fraction)
 
     def rungs(self, milestones: Sequence[int]) -> tuple[int, ...]:
         """Rung steps: the milestones m before the last one (L) with m / L >= grace_fraction."""

@@ -10,7 +10,9 @@ search and the control has a score at r for those same seeds (seeds whose trial 
 for the control, are left out). Then d[A][s] = score(A, s, r) - score(control, s, r) and
 `rungs.decide(A, deltas_r, rule)` decides once, where deltas_r holds every arm decided at r
 before A (asynchronous ASHA), A itself, and the control with d = 0 at each of its seeds, so an arm
-credibly worse than uniform GRPO stops too. The control is never stopped and never waits.
+credibly worse than uniform GRPO stops too. The control is never stopped and never waits. An arm
+left with no seed to pair (its own trials, or the control's, all failed) is stopped at once, so no
+trial waits for a decision that can never be made.
 
 A trial that reports a rung whose decision is still open waits (Tune PAUSE; it restarts later
 from the backend's own milestone checkpoint); when the decision is made, every trial of the arm
@@ -34,12 +36,12 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
 from tune_dfrl.resume import save_atomically
 from tune_dfrl.rungs import RungDecision, RungRule, decide
+from tune_dfrl.settings import PAIRED_SCHEDULERS, SchedulerSettings
 
 if TYPE_CHECKING:
     from ray.tune.execution.tune_controller import TuneController
 
 CONTINUE, WAIT, STOP = "continue", "wait", "stop"
-SCHEDULERS = ("paired_asha", "race", "asha", "fifo")
 
 
 @dataclass(frozen=True)
@@ -115,10 +117,24 @@ class RungBook:
                 seeds = self._seeds_for(arm)
                 mine = self._scores.get((arm, rung), {})
                 control = self._scores.get((self.control, rung), {})
-                if not seeds or any(seed not in mine or seed not in control for seed in seeds):
-                    continue
-                made.append(self._decide(arm, rung, seeds, mine, control))
+                if not seeds:
+                    made.append(self._unpaired(arm, rung))
+                elif all(seed in mine and seed in control for seed in seeds):
+                    made.append(self._decide(arm, rung, seeds, mine, control))
         return made
+
+    def _unpaired(self, arm: str, rung: int) -> ArmDecision:
+        """Stop an arm that has no seed left to pair with the control (its or the control's trials all failed)."""
+        failed = {"this arm": sorted(self._failed.get(arm, ())), "the control": sorted(self._failed.get(self.control, ()))}
+        which = "; ".join(f"{who} failed at seeds {seeds}" for who, seeds in failed.items() if seeds)
+        decided = ArmDecision(arm, rung, (), RungDecision(False, f"no seed left to pair with the control ({which})", None))
+        self.decisions[(arm, rung)] = decided
+        return decided
+
+    def retry_failed(self) -> None:
+        """Forget the failed seeds and the decisions that had no seed to pair (a resume runs those cells again)."""
+        self._failed.clear()
+        self.decisions = {key: d for key, d in self.decisions.items() if d.seeds}
 
     def _decide(
         self, arm: str, rung: int, seeds: tuple[int, ...], mine: dict[int, float], control: dict[int, float]
@@ -231,27 +247,21 @@ def _cell(trial: Trial) -> tuple[str, int]:
 
 
 def make_scheduler(
-    name: str,
+    settings: SchedulerSettings,
     *,
     metric: str,
     control: str,
     seeds: Sequence[int],
     milestones: Sequence[int],
-    eta: float = 3.0,
-    confidence: float = 0.8,
-    min_seeds: int = 2,
-    grace_fraction: float = RungRule.grace_fraction,
     on_decision: Callable[[ArmDecision], None] | None = None,
     state_path: Path | None = None,
 ) -> TrialScheduler:
     """`paired_asha` / `race` (paired, per arm, state kept at `state_path`), Ray's plain per-trial `asha`,
     or `fifo` (no stopping)."""
-    if name in ("paired_asha", "race"):
-        rule = RungRule(name, eta, confidence, min_seeds, grace_fraction)
+    if settings.name in PAIRED_SCHEDULERS:
+        rule = RungRule.of(settings)
         return PairedScheduler(RungBook(rule, rule.rungs(milestones), control, seeds), metric, on_decision, state_path)
-    if name == "asha":
-        first = min(step for step in milestones if step >= grace_fraction * max(milestones))
-        return ASHAScheduler(time_attr="step", max_t=max(milestones), grace_period=first, reduction_factor=eta)
-    if name == "fifo":
-        return FIFOScheduler()
-    raise ValueError(f"unknown scheduler {name!r}; allowed: {', '.join(SCHEDULERS)}")
+    if settings.name == "asha":
+        first = min(step for step in milestones if step >= settings.grace_fraction * max(milestones))
+        return ASHAScheduler(time_attr="step", max_t=max(milestones), grace_period=first, reduction_factor=settings.eta)
+    return FIFOScheduler()

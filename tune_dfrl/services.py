@@ -1,4 +1,4 @@
-"""The services a search plugs into: a Ray cluster and an MLflow tracking server.
+"""The services a search plugs into: a Ray cluster, an MLflow tracking server, and the storage it writes.
 
 Both are checked before anything is written or any trial starts, with short timeouts, so a
 typo in an address is an error in seconds rather than a hang or a crash an hour in:
@@ -10,6 +10,10 @@ typo in an address is an error in seconds rather than a hang or a crash an hour 
 Attaching to a running cluster passes no resource arguments (the cluster owns its resources)
 and ships the project to the workers as one `py_modules` package (`project_package`), so
 workers that never saw tune_dfrl can run its trials.
+
+Storage (the output folder, the sqlite stores, the caches) is checked the same way, up front: each
+folder must be creatable (a probe folder is made there and removed), no name longer than 255 bytes,
+no sqlite path longer than sqlite opens (511 bytes).
 """
 
 from __future__ import annotations
@@ -108,3 +112,52 @@ def connect_ray(address: str | None, num_cpus: int | None) -> None:
         return
     with tempfile.TemporaryDirectory(prefix="tune_dfrl-package-") as staging:
         ray.init(address=address, runtime_env={"py_modules": [str(project_package(Path(staging)))]}, **common)
+
+
+# -- storage: every folder and sqlite file a search writes, checked before anything is written ----------------
+
+NAME_MAX = 255  # bytes in one file name (Linux, macOS)
+SQLITE_MAX_PATH = 511  # sqlite opens no longer path (SQLITE_MAX_PATHLEN 512, with its terminator)
+
+
+class StorageError(ValueError):
+    """A folder or file the search must write cannot be written."""
+
+
+def check_folder(key: str, path: Path) -> None:
+    """`path` is a folder the search can write in, or one it can create: no name in it is too long, its
+    nearest existing ancestor is a folder, and a probe folder can be made (and is removed) there."""
+    long_names = [part for part in path.parts if len(part.encode()) > NAME_MAX]
+    if long_names:
+        raise StorageError(f"{key}={_short(path)}: the name {_short(long_names[0])} is longer than {NAME_MAX} bytes "
+                           "(the file system's limit)")
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent  # (exists() is False below a file, too)
+    if not existing.is_dir():
+        raise StorageError(f"{key}={_short(path)}: {existing} is a file, not a folder; choose another {key}")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".tune_dfrl-probe-", dir=existing))
+    except OSError as error:
+        raise StorageError(f"{key}={_short(path)}: cannot create anything in {existing} ({error.strerror}); "
+                           f"choose a writable {key}") from None
+
+
+def check_sqlite_file(key: str, path: Path) -> None:
+    """A sqlite database the search creates or opens at `path`: a short enough path in a writable folder."""
+    if len(str(path).encode()) > SQLITE_MAX_PATH:
+        raise StorageError(f"{key}: the sqlite file {_short(path)} is {len(str(path).encode())} bytes long; sqlite "
+                           f"opens paths of at most {SQLITE_MAX_PATH}: choose a shorter {key}")
+    if path.is_dir():
+        raise StorageError(f"{key}: the sqlite file {path} is a folder")
+    check_folder(key, path.parent)
+
+
+def _short(path: Path | str) -> str:
+    text = str(path)
+    return text if len(text) <= 80 else f"{text[:40]}...{text[-30:]} ({len(text)} characters)"
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///...` URI (None for any other store)."""
+    return Path(uri.removeprefix("sqlite:///")).absolute() if uri.startswith("sqlite:///") else None

@@ -1,0 +1,279 @@
+"""Stage 2 of a search, the run: hold the output folder, start Ray Tune with the paired searcher and scheduler,
+record every milestone; then hand over to the report (`tune_dfrl.search_finish`).
+
+Order: the calibration smoke test (it writes nothing in OUT); the folder lock
+(`tune_dfrl.resume.hold_folder`), before anything else is written; repair of torn last lines in
+the append-only logs; search.json, the attempt, benchmarks.json; the backend's preparation; the callbacks (results log, MLflow, control
+cache, progress), each `Guarded` so that nothing it writes can fail a trial; then `Tuner.fit`.
+
+SIGINT (Ctrl-C, to the driver or its process group) and SIGTERM raise `Interrupted` in the driver
+(inside `Tuner.fit`, at Tune's next step):
+the MLflow runs are marked KILLED (in a thread given `CLOSE_TIMEOUT_S`, so a locked store cannot
+hold the exit), Ray is shut down, and the CLI exits 128 + the signal number with one line that says
+how to resume.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+import warnings
+from dataclasses import asdict
+from typing import Any
+
+from ray.tune import Callback
+
+from tune_dfrl.backend import Backend, BenchmarkInfo
+from tune_dfrl.backends import prepare_backend
+from tune_dfrl.control_cache import ControlCache
+from tune_dfrl.guarded import Guarded
+from tune_dfrl.resume import attempts_log, hold_folder, start_attempt, state_dir
+from tune_dfrl.results import read_records, repair_log, write_records
+from tune_dfrl.search_finish import finish, resume_hint
+from tune_dfrl.search_plan import OPTUNA_DB, Plan, SearchError, check_out, save_plan
+from tune_dfrl.trial import MILESTONES, cell_dir
+
+OPTUNA_STUDY = "tune_dfrl"  # study name in OUT/optuna.db: one trial per distinct arm, valued by its mean paired delta
+CLOSE_TIMEOUT_S = 10.0  # the most an interrupted driver waits for MLflow to mark its runs KILLED
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached the driver (a BaseException, so that no `except Exception` on the way holds it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.hint = "run the same command with resume=true"  # completed with OUT by `run_search`
+
+
+class _Signals:
+    """The signal received, and whether the driver is inside `Tuner.fit`: there the handler only records it and
+    `RaiseOnSignal` raises at Tune's next step (an exception raised inside Ray's C calls comes out garbled)."""
+
+    received: int | None = None
+    deferred: bool = False
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)  # one is enough: the clean-up that follows is bounded
+    _Signals.received = signum
+    if not _Signals.deferred:
+        raise Interrupted(signum)
+
+
+class RaiseOnSignal(Callback):
+    """Raises `Interrupted` at the beginning of Tune's next step (every 0.1 s or so) once a signal was received."""
+
+    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        if _Signals.received is not None:
+            raise Interrupted(_Signals.received)
+
+
+def handle_interrupts() -> dict[int, Any]:
+    """SIGINT and SIGTERM raise `Interrupted` (this also replaces the handler `ray.init` installs for SIGTERM);
+    returns the handlers replaced (none off the main thread, where Python cannot set them)."""
+    _Signals.received, _Signals.deferred = None, False
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def evaluated_benchmarks(backend: Backend, recipe: dict[str, Any]) -> list[BenchmarkInfo]:
+    """The backend's benchmarks that the recipe evaluates (`eval_benchmarks`, when the recipe narrows them)."""
+    chosen = recipe.get("eval_benchmarks")
+    return [b for b in backend.benchmarks() if not chosen or b.name in chosen]
+
+
+def calibrate(backend: Backend) -> None:
+    """The backend's calibration smoke test; a failure refuses the search."""
+    result = backend.calibrate()
+    if not result.ok:
+        lines = "\n  ".join(result.failures)
+        raise SearchError(f"calibration smoke test failed; refusing to start the search:\n  {lines}")
+
+
+def run_search(plan: Plan) -> dict[str, Any]:
+    """Run a planned search to the end; returns the report summary (also in OUT/summary.json)."""
+    replaced = handle_interrupts()
+    try:
+        calibrate(plan.backend)  # writes nothing in OUT
+        lock = hold_folder(plan.out)
+        try:
+            check_out(plan)  # again, holding the folder: another driver may have started a search here since planning
+            return _run(plan)
+        finally:
+            os.close(lock)
+    except Interrupted as interrupted:
+        interrupted.hint = resume_hint(plan.out)
+        raise
+    finally:
+        for sig, handler in replaced.items():
+            signal.signal(sig, handler)
+
+
+def _run(plan: Plan) -> dict[str, Any]:
+    import optuna
+    import ray
+    from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
+
+    from tune_dfrl.control_cache import ControlCacheWriter
+    from tune_dfrl.pairing import INNER_METRIC, PairedRepeater
+    from tune_dfrl.progress import Progress
+    from tune_dfrl.results import ResultsLog
+    from tune_dfrl.scheduler import make_scheduler
+    from tune_dfrl.tracking import SearchTracker
+    from tune_dfrl.trial import CellJob, run_cell, trial_dirname
+
+    out = plan.out
+    for log in (out / "results.jsonl", out / "failures.jsonl", attempts_log(out)):
+        if (note := repair_log(log)) is not None:
+            print(f"note: {note}", flush=True)
+    save_plan(plan)
+    attempt = start_attempt(out, plan.resume)
+    benchmarks = evaluated_benchmarks(plan.backend, plan.recipe)
+    (out / "benchmarks.json").write_text(json.dumps([asdict(b) for b in benchmarks], indent=2))
+    print(f"search {plan.space.name}: {plan.n_arms} arms + control x {len(plan.seeds)} seeds, "
+          f"{plan.scheduler.name} at steps {list(plan.milestones)}; output in {out}"
+          + (f" (resumed, attempt {attempt})" if plan.resume else ""), flush=True)
+    began = time.monotonic()
+    print(f"preparing the {plan.backend_name} backend (a first run builds what it caches, e.g. the embedded base model)", flush=True)
+    prepare_backend(plan.backend_name, plan.recipe)
+    print(f"backend ready after {time.monotonic() - began:.0f} s", flush=True)
+
+    tracker = Guarded(SearchTracker(plan.tracking_uri, plan.experiment, _artifact_location(plan), plan.space.name,
+                                    plan.control.arm_id, _flat_settings(plan.describe()), benchmarks, resume=plan.resume),
+                      "MLflow logging", "the search goes on without it; results.jsonl holds every milestone")
+    progress = Progress(plan.control.arm_id, plan.metric, plan.total_cells)
+
+    def on_decision(decided: Any) -> None:
+        progress.note_decision(decided)
+        tracker.call("note_decision", decided)
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    sampler = optuna.samplers.TPESampler(seed=plan.searcher.seed, n_startup_trials=plan.searcher.n_startup_trials,
+                                         multivariate=True, group=True)
+    storage = optuna.storages.RDBStorage(f"sqlite:///{out / OPTUNA_DB}")
+    inner = OptunaSearch(space=plan.space.sampler(), metric=INNER_METRIC, mode="max", sampler=sampler,
+                         storage=storage, study_name=OPTUNA_STUDY)
+    state = state_dir(out)
+    searcher = PairedRepeater(inner, plan.make_arm, plan.control, plan.seeds, plan.n_arms, max(plan.milestones),
+                              plan.metric, plan.searcher.max_duplicates, state_path=state / "searcher.pkl")
+    scheduler = make_scheduler(plan.scheduler, metric=plan.metric, control=plan.control.arm_id, seeds=plan.seeds,
+                               milestones=plan.milestones, on_decision=on_decision, state_path=state / "scheduler.pkl")
+    if plan.resume:
+        _carry_over(plan, searcher, scheduler, progress)
+    results_log = Guarded(ResultsLog(out / "results.jsonl", out / "failures.jsonl", attempt), f"writing {out}/results.jsonl",
+                          "the search goes on (each cell keeps its milestones); it ends without a report")
+    callbacks = [RaiseOnSignal(), results_log, tracker, Guarded(progress, "the progress line", "no more progress lines")]
+    if plan.control_cache is not None:
+        cache = ControlCache(plan.control_cache, plan.backend_name, plan.make_arm.recipe_hash, plan.control.arm_id, plan.milestones)
+        _seed_control_cells(plan, cache)
+        callbacks.append(Guarded(ControlCacheWriter(cache, plan.control.arm_id, out / "results.jsonl"),
+                                 f"storing control results in the cache {plan.control_cache}",
+                                 "the search goes on; later searches train their control again"))
+    resources = plan.backend.resources(plan.recipe)
+    job = CellJob(plan.backend, plan.recipe, str(out / "cells"), max(1, int(resources.get("cpu", 1))), plan.control.arm_id,
+                  plan.faults)
+
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: no Ray Tune status tables
+    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")  # Ctrl-C raises Interrupted at once; resume=true continues
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)  # results live in results.jsonl
+    started_ray = not ray.is_initialized()
+    try:
+        if started_ray:
+            from tune_dfrl.services import connect_ray
+
+            connect_ray(plan.ray.address, plan.ray.num_cpus)
+            handle_interrupts()
+        trainable = tune.with_resources(tune.with_parameters(run_cell, job=job), resources)
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=-1,  # the searcher ends it
+                                        metric=plan.metric, mode="max", reuse_actors=True,
+                                        trial_dirname_creator=trial_dirname),
+            run_config=tune.RunConfig(storage_path=str(out / "ray"), name="tune" if attempt == 0 else f"resume{attempt}",
+                                      verbose=0, failure_config=tune.FailureConfig(max_failures=plan.max_retries),
+                                      callbacks=callbacks),
+        )
+        _Signals.deferred = True
+        tuner.fit()
+        if _Signals.received is not None:  # arrived after Tune's last step
+            raise Interrupted(_Signals.received)
+    except BaseException:
+        _close_within(tracker, "KILLED", CLOSE_TIMEOUT_S)
+        raise
+    finally:
+        _Signals.deferred = False
+        if started_ray:
+            ray.shutdown()
+    return finish(plan, tracker, scheduler, results_log, searcher)
+
+
+def _close_within(tracker: Guarded, status: str, timeout_s: float) -> None:
+    """End the MLflow runs with `status`, waiting at most `timeout_s` (a resume reopens runs left RUNNING)."""
+    closing = threading.Thread(target=tracker.call, args=("close", status), daemon=True)
+    closing.start()
+    closing.join(timeout_s)
+    if closing.is_alive():
+        print(f"warning: MLflow did not mark the runs {status} within {timeout_s:g} s; a resume reopens them", flush=True)
+
+
+def _carry_over(plan: Plan, searcher: Any, scheduler: Any, progress: Any) -> None:
+    """A resumed search continues the stored searcher and rung book; progress starts from what ended before.
+    With `retry_failed`, the cells that failed, and those of arms stopped for want of a seed to pair, run again."""
+    from tune_dfrl.pairing import FAILED, STOPPED
+
+    state = state_dir(plan.out)
+    book = getattr(scheduler, "book", None)
+    if book is not None and (state / "scheduler.pkl").exists():
+        scheduler.restore(str(state / "scheduler.pkl"))
+        book = scheduler.book
+    if plan.retry_failed and book is not None:
+        book.retry_failed()
+
+    def run_again(arm_id: str, seed: int, end: str) -> bool:
+        unpaired_stop = end == STOPPED and book is not None and book.stopped(arm_id) is None
+        return plan.retry_failed and (end == FAILED or unpaired_stop)
+
+    if (state / "searcher.pkl").exists():
+        searcher.resume(state / "searcher.pkl", plan.n_arms, run_again)
+    ended = {(arm_id, seed) for arm_id in searcher.arms for seed in searcher.cells_of(arm_id)}
+    stopped = {d.arm: d.rung for d in book.decisions.values() if not d.decision.keep} if book is not None else {}
+    progress.carry_over(read_records(plan.out / "results.jsonl"), ended, stopped)
+
+
+def _seed_control_cells(plan: Plan, cache: ControlCache) -> None:
+    """Control seeds found in the cache get their milestone log from it: their trials replay it instead of training.
+    A cache that cannot be read is reported once and left alone (the control is trained)."""
+    for seed in plan.seeds:
+        log = cell_dir(plan.out / "cells", plan.control.arm_id, seed) / MILESTONES
+        try:
+            cached = cache.get(seed)
+        except (OSError, ValueError) as error:
+            print(f"warning: the control cache {cache.folder} cannot be read ({error}); the control is trained", flush=True)
+            return
+        if cached is not None and not any(r["final"] for r in read_records(log)):
+            write_records(log, cached)
+
+
+def _artifact_location(plan: Plan) -> str | None:
+    """Artifacts next to a sqlite store; a tracking server decides its own."""
+    return (plan.out / "mlartifacts").as_uri() if plan.tracking_uri.startswith("sqlite:") else None
+
+
+def _flat_settings(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat_settings(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
