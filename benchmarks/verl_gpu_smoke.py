@@ -53,7 +53,7 @@ def main() -> None:
     arm = ArmSpec(args.method, canonical, arm_key(args.method, canonical), f"{args.method} {params}")
 
     backend = VerlBackend(recipe)
-    backend.validate(arm, recipe)
+    backend.validate(arm)
     calibration = backend.calibrate()
     print(f"calibration ok={calibration.ok} {calibration.failures[:3]}", flush=True)
     start = time.monotonic()
@@ -63,7 +63,7 @@ def main() -> None:
               f"{json.dumps(milestone.aggregates)}\n  accuracy {json.dumps(milestone.accuracy)}\n"
               f"  train {json.dumps(milestone.train)}", flush=True)
 
-    backend.run_trial(arm, seed=0, recipe=recipe, report=report, checkpoint_dir=out / "trial")
+    backend.run_trial(arm, seed=0, report=report, checkpoint_dir=out / "trial")
     print(f"done in {time.monotonic() - start:.1f}s; verl log: {out / 'trial' / 'verl.log'}")
 
 

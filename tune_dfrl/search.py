@@ -36,8 +36,8 @@ from typing import Any
 
 import yaml
 
-from tune_dfrl.backend import ArmSpec, Backend, BenchmarkInfo
-from tune_dfrl.backends import make_backend, prepare_backend
+from tune_dfrl.backend import ArmSpec, Backend, BackendError, BenchmarkInfo
+from tune_dfrl.backends import backend_errors, get_backend
 from tune_dfrl.control_cache import ControlCache, default_cache_root
 from tune_dfrl.resume import describe_differences, start_attempt, state_dir
 from tune_dfrl.results import read_records, write_records
@@ -114,7 +114,8 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
     backend_cfg = dict(cfg["backend"])
     backend_name = backend_cfg.pop("name")
     overrides = {k: v for k, v in (("steps", cfg.get("steps")), ("milestone_every", cfg.get("milestone_every"))) if v is not None}
-    backend, recipe = make_backend(backend_name, {**backend_cfg, **overrides})
+    backend = get_backend(backend_name, {**backend_cfg, **overrides})
+    recipe = backend.recipe
     steps, every = int(recipe["steps"]), int(recipe["milestone_every"])
     if every < 1 or steps < every:
         raise SearchError(f"step budget steps={steps} is shorter than one milestone (milestone_every={every}); "
@@ -140,8 +141,9 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
 
     make_arm = ArmFactory(int(recipe["rollout_n"]), recipe_hash(recipe))
     control = make_arm({"method": space.control_method, "params": space.control_params})
-    for suggestion in [{"method": space.control_method, "params": space.control_params}, *space.default_suggestions()]:
-        backend.validate(make_arm(suggestion), recipe)
+    with backend_errors(backend_name, "validate the arms"):
+        for suggestion in [{"method": space.control_method, "params": space.control_params}, *space.default_suggestions()]:
+            backend.validate(make_arm(suggestion))
 
     resume = bool(cfg["resume"])
     if resume and not cfg["out"]:
@@ -225,7 +227,8 @@ def evaluated_benchmarks(backend: Backend, recipe: dict[str, Any]) -> list[Bench
 
 def calibrate(backend: Backend) -> None:
     """The backend's calibration smoke test; a failure refuses the search."""
-    result = backend.calibrate()
+    with backend_errors(backend.name, "calibrate"):
+        result = backend.calibrate()
     if not result.ok:
         lines = "\n  ".join(result.failures)
         raise SearchError(f"calibration smoke test failed; refusing to start the search:\n  {lines}")
@@ -246,18 +249,22 @@ def run_search(plan: Plan) -> dict[str, Any]:
     from tune_dfrl.trial import CellJob, run_cell, trial_dirname
 
     calibrate(plan.backend)
+    with backend_errors(plan.backend_name, "size a trial"):
+        resources = plan.backend.resources()
     out = plan.out
     out.mkdir(parents=True, exist_ok=True)
     save_plan(plan)
     attempt = start_attempt(out, plan.resume)
-    benchmarks = evaluated_benchmarks(plan.backend, plan.recipe)
+    with backend_errors(plan.backend_name, "list its benchmarks"):
+        benchmarks = evaluated_benchmarks(plan.backend, plan.recipe)
     (out / "benchmarks.json").write_text(json.dumps([asdict(b) for b in benchmarks], indent=2))
     print(f"search {plan.space.name}: {plan.n_arms} arms + control x {len(plan.seeds)} seeds, "
           f"{plan.scheduler['name']} at steps {list(plan.milestones)}; output in {out}"
           + (f" (resumed, attempt {attempt})" if plan.resume else ""), flush=True)
     began = time.monotonic()
     print(f"preparing the {plan.backend_name} backend (a first run builds what it caches, e.g. the embedded base model)", flush=True)
-    prepare_backend(plan.backend_name, plan.recipe)
+    with backend_errors(plan.backend_name, "prepare"):
+        plan.backend.prepare()
     print(f"backend ready after {time.monotonic() - began:.0f} s", flush=True)
 
     tracker = SearchTracker(plan.tracking_uri, plan.experiment, _artifact_location(plan), plan.space.name,
@@ -289,8 +296,7 @@ def run_search(plan: Plan) -> dict[str, Any]:
         cache = ControlCache(plan.control_cache, plan.backend_name, plan.make_arm.recipe_hash, plan.control.arm_id, plan.milestones)
         _seed_control_cells(plan, cache)
         callbacks.append(ControlCacheWriter(cache, plan.control.arm_id, out / "results.jsonl"))
-    resources = plan.backend.resources(plan.recipe)
-    job = CellJob(plan.backend, plan.recipe, str(out / "cells"), max(1, int(resources.get("cpu", 1))), plan.control.arm_id,
+    job = CellJob(plan.backend, str(out / "cells"), max(1, int(resources.get("cpu", 1))), plan.control.arm_id,
                   plan.faults)
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: no Ray Tune status tables
@@ -466,7 +472,7 @@ def main() -> None:
             sys.exit(2)
         try:
             run_search(plan)
-        except SearchError as error:
+        except (SearchError, BackendError) as error:  # found before any trial started
             print(f"error: {error}", file=sys.stderr)
             sys.exit(2)
 
