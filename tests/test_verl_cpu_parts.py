@@ -16,7 +16,7 @@ import torch
 
 from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS, training_pools
 from tune_dfrl.trainers.embedded.model import EOS_ID, ModelShape, build_tokenizer, new_model, save_model
-from tune_dfrl.trainers.verl.cpu import cpu_env, cpu_overrides, patches
+from tune_dfrl.trainers.verl.cpu import cpu_env, cpu_overrides, patches, ray_temp_dir
 from tune_dfrl.trainers.verl.cpu.rollout import request_seed, sample, truncated_probs
 from tune_dfrl.trainers.verl.export import CHAT_EOS, NEWLINE, export_model, main
 
@@ -82,11 +82,14 @@ def test_a_verl_platform_cpu_process_gets_platform_engines_rollout_and_process_g
 def test_cpu_overrides_and_environment(tmp_path):
     overrides = cpu_overrides(tmp_path, 16)
     assert "trainer.device=cpu" in overrides and "actor_rollout_ref.rollout.name=hf_cpu" in overrides
-    assert f"+ray_kwargs.ray_init._temp_dir={tmp_path.resolve() / 'ray'}" in overrides
+    temp_dir = next(o.split("=", 1)[1] for o in overrides if o.startswith("+ray_kwargs.ray_init._temp_dir="))
+    assert len(temp_dir) <= 40 and temp_dir != "/tmp/ray" and temp_dir == str(ray_temp_dir(tmp_path))
+    assert ray_temp_dir(Path("/tmp/t1")) == Path("/tmp/t1/ray")
     env = cpu_env(tmp_path)
     assert env["VERL_PLATFORM"] == "cpu" and Path(env["TMPDIR"]).is_dir()
-    with pytest.raises(ValueError, match="num_cpus >= 8"):
-        cpu_overrides(tmp_path, 2)
+    assert "+ray_kwargs.ray_init.num_cpus=16" in cpu_overrides(tmp_path, 2)
+    with pytest.raises(ValueError, match="num_cpus >= 1"):
+        cpu_overrides(tmp_path, 0)
 
 
 def test_exported_tokenizer_reads_every_task_as_the_embedded_one(exported):

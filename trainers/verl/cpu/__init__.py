@@ -17,24 +17,29 @@ environment cheaply.
 
 from __future__ import annotations
 
-import os
+import hashlib
+import tempfile
 from pathlib import Path
 
 ROLLOUT_NAME = "hf_cpu"
 VERL_VERSION = "0.9.1"
 PYTHONHASHSEED = "0"
 TRANSFER_QUEUE_STORAGE_UNITS = 1
+RAY_LOGICAL_CPUS = 16
+# Ray's sockets live at <temp dir>/session_<date>_<time>_<us>_<pid>/sockets/plasma_store (64 more
+# characters) and a Unix socket path holds at most 107.
+RAY_TEMP_DIR_MAX_CHARS = 40
 
 
 def cpu_overrides(trial_dir: Path, num_cpus: int) -> list[str]:
-    """verl Hydra overrides of a CPU trial, composed after the recipe's own (one logical GPU).
+    """verl Hydra overrides of a CPU trial using `num_cpus` CPUs, composed after the recipe's own.
 
-    `num_cpus` is the logical CPU count of the trial's private Ray instance: verl's actors,
-    TransferQueue's controller and storage unit and the rollout server each reserve one, so it
-    must exceed the physical count on small machines (they mostly wait); at least 8.
+    The trial's private Ray gets one logical GPU (verl places its one training process there) and
+    max(num_cpus, RAY_LOGICAL_CPUS) logical CPUs: verl's actors, TransferQueue's controller and
+    storage unit and the rollout server each reserve one while mostly waiting.
     """
-    if num_cpus < 8:
-        raise ValueError(f"a verl CPU trial's private Ray needs num_cpus >= 8 logical CPUs; got {num_cpus}")
+    if num_cpus < 1:
+        raise ValueError(f"a verl CPU trial needs num_cpus >= 1; got {num_cpus}")
     return [
         "trainer.device=cpu",
         "trainer.n_gpus_per_node=1",
@@ -52,10 +57,20 @@ def cpu_overrides(trial_dir: Path, num_cpus: int) -> list[str]:
         "reward.num_workers=1",
         f"transfer_queue.backend.SimpleStorage.num_data_storage_units={TRANSFER_QUEUE_STORAGE_UNITS}",
         "data.dataloader_num_workers=0",
-        f"+ray_kwargs.ray_init.num_cpus={num_cpus}",
+        f"+ray_kwargs.ray_init.num_cpus={max(num_cpus, RAY_LOGICAL_CPUS)}",
         "+ray_kwargs.ray_init.num_gpus=1",
-        f"+ray_kwargs.ray_init._temp_dir={Path(trial_dir).resolve() / 'ray'}",
+        f"+ray_kwargs.ray_init._temp_dir={ray_temp_dir(trial_dir)}",
     ]
+
+
+def ray_temp_dir(trial_dir: Path) -> Path:
+    """The private Ray's temporary folder: <trial>/ray, or, when that path is too long for Ray's
+    sockets, a folder in the system's temporary folder named by the trial folder's hash; never the
+    default folder that every Ray instance on the machine shares."""
+    inside = Path(trial_dir).resolve() / "ray"
+    if len(str(inside)) <= RAY_TEMP_DIR_MAX_CHARS:
+        return inside
+    return Path(tempfile.gettempdir()) / f"ray-{hashlib.sha256(str(inside).encode()).hexdigest()[:12]}"
 
 
 def cpu_env(trial_dir: Path) -> dict[str, str]:
