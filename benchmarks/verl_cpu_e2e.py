@@ -9,8 +9,8 @@ keeps the first `VAL_ITEMS` validation rows of the first benchmark of each domai
 
 (the control and `--arms` difffilter arms x `--seeds` seeds, a milestone every step, one trial at
 a time) and prints, from what the search wrote: seconds per verl step (verl's `timing_s/step`),
-trial start-up time (Ray Tune's wall time up to a trial's first milestone minus that step's
-`timing_s/step`: process start, private Ray, workers, model load) and the search's wall time.
+trial start-up time (the launcher's `startup_s`: from starting verl to its first step, i.e.
+process start, private Ray, workers, model load) and the search's wall time.
 The last line is JSON. `--device cuda` is the GPU smoke test (benchmarks/verl_gpu_smoke.sh):
 the same search with vLLM rollouts on one GPU.
 """
@@ -33,17 +33,19 @@ from tune_dfrl.trainers.verl.recipe import hydra_quote
 
 VAL_ITEMS = 8  # validation rows per benchmark
 TRAIN_PER_DOMAIN = 32
-CPU_TRIAL_CPUS = 8  # logical CPUs of a CPU trial (Tune's request and its private Ray); one trial at a time
+CPU_TRIAL_CPUS = 2  # Tune's CPUs per CPU trial, and the search's Ray has as many: one trial at a time
 # One GPU, the tiny model: a small vLLM share, the trainer without flash-attn.
 GPU_OVERRIDES = ("actor_rollout_ref.rollout.gpu_memory_utilization=0.3", "actor_rollout_ref.model.use_remove_padding=false",
                  "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
                  "actor_rollout_ref.rollout.agent.num_workers=1", "reward.num_workers=1")
 
 
-def export(root: Path) -> dict[str, Path]:
-    """Model and parquet files under `root` (the exporter's command), and `val_small.parquet`."""
-    subprocess.run([sys.executable, "-m", "tune_dfrl.trainers.verl.export", str(root),
-                    f"--per-domain={TRAIN_PER_DOMAIN}"], check=True, stdout=subprocess.DEVNULL)
+def export(root: Path, model_dir: Path | None = None) -> dict:
+    """Model and parquet files under `root` (the exporter's command; `model_dir`: an embedded model
+    directory other than the cached base model), and `val_small.parquet`."""
+    model = [f"--model-dir={model_dir}"] if model_dir is not None else []
+    subprocess.run([sys.executable, "-m", "tune_dfrl.trainers.verl.export", str(root), f"--per-domain={TRAIN_PER_DOMAIN}",
+                    *model], check=True, stdout=subprocess.DEVNULL)
     val = pq.read_table(root / "data" / "val.parquet")
     first: dict[str, str] = {}
     for source, domain in zip(val.column("data_source").to_pylist(), val.column("domain").to_pylist()):
@@ -54,7 +56,7 @@ def export(root: Path) -> dict[str, Path]:
             "benchmarks": [{"data_source": s, "name": s, "domain": d, "items": VAL_ITEMS} for d, s in first.items()]}
 
 
-def search_args(files: dict, device: str, arms: int, seeds: int, steps: int, out: Path) -> list[str]:
+def search_args(files: dict, device: str, arms: int, seeds: int, steps: int, out: Path, control_cache: str = "null") -> list[str]:
     """The search command's overrides: a tiny GRPO recipe (groups of 4, 8 prompts a step, 8 response tokens)."""
     benchmarks = ",".join("{" + ",".join(f"{k}:{v}" for k, v in b.items()) + ",reference_format:'{answer}'}"
                           for b in files["benchmarks"])
@@ -65,7 +67,7 @@ def search_args(files: dict, device: str, arms: int, seeds: int, steps: int, out
             f"backend.val_files=[{hydra_quote(str(files['val']))}]", f"backend.benchmarks=[{benchmarks}]", "backend.rollout_n=4",
             "backend.train_batch_size=8", "backend.max_prompt_length=48", "backend.max_response_length=8",
             "backend.lr=1e-4", *device_args, f"steps={steps}", "milestone_every=1", f"arms={arms}", f"seeds={seeds}",
-            "scheduler.name=fifo", "control_cache=null", f"out={hydra_quote(str(out))}"]
+            "scheduler.name=fifo", f"control_cache={control_cache}", f"out={hydra_quote(str(out))}"]
 
 
 def search_env() -> dict[str, str]:
@@ -73,18 +75,13 @@ def search_env() -> dict[str, str]:
 
 
 def timings(out: Path) -> dict[str, float]:
-    """Seconds per verl step and trial start-up, from the cells' verl metrics and Ray Tune's results."""
-    step_s: dict[str, dict[int, float]] = {}
-    for metrics in sorted((out / "cells").glob("*/seed*/checkpoint/verl_metrics.jsonl")):
-        cell = f"{metrics.parents[2].name}-{metrics.parents[1].name}"
-        step_s[cell] = {r["step"]: r["data"]["timing_s/step"] for r in map(json.loads, metrics.read_text().splitlines())}
-    startup = []
-    for result in (out / "ray").glob("*/*-seed*-*/result.json"):
-        first = json.loads(result.read_text().splitlines()[0])
-        cell = result.parent.name.rsplit("-", 1)[0]
-        startup.append(first["time_this_iter_s"] - step_s[cell][int(first["step"])])
-    steps = [s for cell in step_s.values() for s in cell.values()]
-    return {"trials": len(step_s), "steps": len(steps), "seconds_per_step": statistics.mean(steps),
+    """Seconds per verl step (`timing_s/step` of every step) and trial start-up (each child start's
+    `startup_s` in the cell's verl_runs.jsonl, trainers/verl/backend.py), over all cells of the search."""
+    cells = sorted((out / "cells").glob("*/seed*/checkpoint"))
+    steps = [r["data"]["timing_s/step"] for cell in cells
+             for r in map(json.loads, (cell / "verl_metrics.jsonl").read_text().splitlines())]
+    startup = [r["startup_s"] for cell in cells for r in map(json.loads, (cell / "verl_runs.jsonl").read_text().splitlines())]
+    return {"trials": len(cells), "steps": len(steps), "seconds_per_step": statistics.mean(steps),
             "seconds_per_step_max": max(steps), "trial_startup_s": statistics.mean(startup),
             "trial_startup_s_max": max(startup)}
 
@@ -96,10 +93,11 @@ def main() -> int:
     parser.add_argument("--arms", type=int, default=2)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--model-dir", type=Path, default=None, help="embedded model to export (default: the cached base model)")
     args = parser.parse_args()
     root = args.out.resolve()
     began = time.monotonic()
-    files = export(root)
+    files = export(root, args.model_dir)
     print(f"exported in {time.monotonic() - began:.0f} s: {root}", flush=True)
     out = root / "search"
     began = time.monotonic()

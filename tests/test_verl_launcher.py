@@ -6,6 +6,8 @@ the GPUs Ray Tune gave the trial."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -119,7 +121,7 @@ def test_run_trial_reports_milestones_and_leaves_no_process(recipe, tmp_path):
     info = json.loads((tmp_path / "ckpt" / "stand_in.json").read_text())
     assert info["cwd"] == str(tmp_path / "ckpt")
     assert info["env"] == {"CUDA_VISIBLE_DEVICES": info["env"]["CUDA_VISIBLE_DEVICES"], "WANDB_MODE": "disabled",
-                           "HF_HUB_OFFLINE": "1", "RAY_ADDRESS": None}
+                           "HF_HUB_OFFLINE": "1", "RAY_ADDRESS": None, "VERL_PLATFORM": None}  # device cuda: no CPU platform
     assert {"data.seed=7", "actor_rollout_ref.actor.data_loader_seed=7", "actor_rollout_ref.rollout.seed=7",
             "trainer.test_freq=2", "+ray_kwargs.ray_init.address=local"} <= set(info["overrides"])
     assert wait_all_gone(child_pids(tmp_path / "ckpt"), timeout_s=5) == []
@@ -127,6 +129,34 @@ def test_run_trial_reports_milestones_and_leaves_no_process(recipe, tmp_path):
     (tmp_path / "ckpt" / "stand_in.json").unlink()
     backend.run_trial(arm, 7, reported.append, tmp_path / "ckpt")  # finished: nothing to rerun
     assert len(reported) == 2 and not (tmp_path / "ckpt" / "stand_in.json").exists()
+
+
+def group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split() if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if fields and fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+def test_a_killed_supervisor_takes_its_process_group_along():
+    """Ray SIGKILLs the child processes of a trial worker it ends, the supervisor among them: its guard
+    (PR_SET_PDEATHSIG) then ends the group, down to a process the child left behind."""
+    child = ("import subprocess, sys, time; "
+             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)")
+    supervisor = subprocess.Popen([sys.executable, "-m", "tune_dfrl.trainers.verl.supervise", str(os.getpid()), "--",
+                                   sys.executable, "-c", child], start_new_session=True)
+    deadline = time.monotonic() + 30
+    while len(members := group_members(supervisor.pid)) < 4 and time.monotonic() < deadline:  # + guard, child, its child
+        time.sleep(0.2)
+    assert len(members) == 4
+    os.kill(supervisor.pid, signal.SIGKILL)
+    supervisor.wait()
+    assert wait_all_gone(members, timeout_s=15) == []
 
 
 def test_crashing_child_becomes_an_error_with_its_log_tail(recipe, tmp_path):

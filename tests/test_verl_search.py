@@ -79,13 +79,13 @@ def test_every_cell_reports_the_childs_validation_milestones(searched: Path) -> 
 
 
 def test_trials_ran_the_cpu_overrides_and_left_no_process(searched: Path) -> None:
-    from tune_dfrl.trainers.verl.cpu import ROLLOUT_NAME
+    from tune_dfrl.trainers.verl.cpu import ROLLOUT_NAME, cpu_overrides
 
     infos = [json.loads(p.read_text()) for p in (searched / "cells").glob("*/seed*/checkpoint/stand_in.json")]
     assert len(infos) == 3 * len(SEEDS)
     for info in infos:
-        assert {f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}", "+ray_kwargs.ray_init.num_gpus=1",
-                "+ray_kwargs.ray_init.num_cpus=8"} <= set(info["overrides"])
+        assert info["overrides"][-len(cpu_overrides(Path(info["cwd"]), 8)):] == cpu_overrides(Path(info["cwd"]), 8)
+        assert f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}" in info["overrides"]
         assert info["env"]["VERL_PLATFORM"] == "cpu" and info["env"]["RAY_ADDRESS"] is None
     assert [pid for info in infos for pid in (info["parent"], info["pid"], info["lingering"]) if alive(pid)] == []
 

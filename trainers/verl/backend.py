@@ -8,6 +8,9 @@ child also gets `tune_dfrl.trainers.verl.cpu.cpu_env`. Files of a trial, all in 
     verl.log              the child's stdout and stderr
     verl_metrics.jsonl    verl's file logger (VERL_FILE_LOGGER_PATH)
     milestones.jsonl      the milestones reported so far (one flat JSON per line)
+    verl_runs.jsonl       per start of the child: {"first_step", "startup_s"}, the seconds from starting it
+                          to its first metrics record less that step's `timing_s/step` and `timing_s/testing`
+                          (process start, private Ray, workers, model and checkpoint loading)
     verl/                 verl's checkpoints (trainer.default_local_dir; resumed automatically)
 
 A rerun of the same trial resumes from verl's last checkpoint and reports only milestones after
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -66,10 +70,16 @@ class VerlBackend:
         if done >= recipe.steps:
             return
         reader = MilestoneReader(recipe.benchmark_sources(), recipe.benchmark_set())
-        last = done
+        last, started, first_seen = done, time.monotonic(), False
 
         def on_record(record: dict[str, Any]) -> None:
-            nonlocal last
+            nonlocal last, first_seen
+            if not first_seen:
+                first_seen = True
+                step_s = sum(float(record["data"].get(f"timing_s/{t}", 0.0)) for t in ("step", "testing"))
+                with (checkpoint_dir / "verl_runs.jsonl").open("a") as handle:
+                    handle.write(json.dumps({"first_step": int(record["step"]),
+                                             "startup_s": time.monotonic() - started - step_s}) + "\n")
             milestone = reader.read(record)
             if milestone is None or milestone.step <= last:
                 return

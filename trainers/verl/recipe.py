@@ -18,7 +18,7 @@ with verl's own config (`verl/trainer/config/ppo_trainer.yaml`) and, in order:
 - the reward: `tune_dfrl.trainers.verl.reward.compute_score`;
 - the recipe's own `overrides`, so they win over ours;
 - on `device: cpu`, last, `tune_dfrl.trainers.verl.cpu.cpu_overrides` (the CPU platform's settings,
-  the HF rollout, the trial's private Ray with one logical GPU and `cpus_per_trial` logical CPUs).
+  the HF rollout, the trial's private Ray with one logical GPU; `cpus_per_trial` sizes it).
 
 On `device: cpu` the rollout engine is `tune_dfrl.trainers.verl.cpu.ROLLOUT_NAME` (HF `generate`);
 that package is imported only then.
