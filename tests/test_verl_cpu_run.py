@@ -4,13 +4,15 @@ plugin trainer (device cpu: cpu platform, HF rollout) on the embedded backend's 
 Each run is 2 steps of 8 prompts x 4 responses, validation at step 2 on 4 items of each of the
 twelve benchmarks, verl's own token-level rollout importance weights switched on. Runs are
 started on first use and shared by the tests of this module (a run: ~30 processes, about a
-minute of start-up on an idle 2-core machine).
+minute of start-up on an idle 2-core machine); with `-s`, each run prints one JSON line of
+figures (`run_figures`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -35,7 +37,15 @@ ARMS = {
     "softmax": ArmSpec("softmax", {"temperature": 0.5}, "softmax", "softmax T=0.5"),
     "mix": ArmSpec("static", {"proportions": [0.5, 0.25, 0.25]}, "mix", "static 2:1:1"),
 }
-MACHINE_METRICS = ("timing_s/", "perf/", "actor/perf/", "timing_per_token_ms/")
+
+
+def run_figures(trial: Path) -> dict:
+    """The child's start-up (`run_trial` writes it to verl_runs.jsonl) and verl's seconds per step
+    (`timing_s/step`, validation excluded) and per validation (`timing_s/testing`)."""
+    steps = [json.loads(line)["data"] for line in (trial / "verl_metrics.jsonl").read_text().splitlines()]
+    return {"startup_s": [round(json.loads(line)["startup_s"], 1) for line in (trial / "verl_runs.jsonl").open()],
+            "step_s": [round(s["timing_s/step"], 2) for s in steps],
+            "validation_s": [round(s["timing_s/testing"], 2) for s in steps if "timing_s/testing" in s]}
 
 
 class Runs:
@@ -48,7 +58,9 @@ class Runs:
         if name not in self.done:
             milestones: list = []
             trial = self.root / name
+            started = time.monotonic()
             self.backend.run_trial(ARMS[name], SEED, milestones.append, trial)
+            print(json.dumps({"arm": name, "wall_s": round(time.monotonic() - started, 1), **run_figures(trial)}))
             lines = (trial / "verl_metrics.jsonl").read_text().splitlines()
             records = {r["step"]: r["data"] for r in map(json.loads, lines)}
             self.done[name] = milestones, records
@@ -93,10 +105,11 @@ def test_narrow_difficulty_band_drops_responses_and_changes_the_loss(runs):
 
 def test_reweighter_weights_multiply_verls_own(runs):
     control, softmax = runs("control")[1][1], runs("softmax")[1][1]
-    assert control["policy/verl_is_weight_mean"] == softmax["policy/verl_is_weight_mean"] != 1.0
-    assert control["policy/is_weight_mean"] == control["policy/verl_is_weight_mean"]  # baseline weights are 1
+    verl_weights = control["policy/verl_is_weight_mean"]
+    assert verl_weights != 1.0 and math.isclose(softmax["policy/verl_is_weight_mean"], verl_weights, rel_tol=1e-6)
+    assert control["policy/is_weight_mean"] == verl_weights  # baseline's weights are 1: verl's pass unchanged
     assert softmax["policy/weight_std"] > 0
-    assert softmax["policy/is_weight_mean"] != softmax["policy/verl_is_weight_mean"]
+    assert not math.isclose(softmax["policy/is_weight_mean"], verl_weights, rel_tol=1e-3)
 
 
 def test_mixer_batches_follow_its_proportions(runs):
@@ -106,9 +119,22 @@ def test_mixer_batches_follow_its_proportions(runs):
         assert counts == [4.0, 2.0, 2.0]  # 0.5 : 0.25 : 0.25 of 8 prompts
 
 
-def test_same_arm_and_seed_give_the_same_metrics(runs):
+def test_same_arm_and_seed_give_the_same_metrics_up_to_row_order(runs):
+    """The rollout server seeds the k-th request of a prompt with k, in arrival order; verl's agent
+    loop sends a group's n identical requests concurrently, so which row of a group gets which
+    sample varies between runs (docs/readme_verl.md, "verl on CPU: the plugin"). Step 1 then has
+    the same samples and rewards; sums over rows in another order differ in the last bits (bf16 in
+    the actor's log-probs: up to ~1e-2 relative in the rollout-vs-actor diagnostics), which can
+    move later losses, samples and milestones slightly. Bounded here."""
     (first_milestones, first), (second_milestones, second) = runs("control"), runs("control_again")
-    assert [m.accuracy for m in first_milestones] == [m.accuracy for m in second_milestones]
+    for a, b in zip(first_milestones, second_milestones, strict=True):
+        assert all(abs(a.accuracy[name] - b.accuracy[name]) <= 100 / VAL_ITEMS for name in a.accuracy)
+    rewards = [k for k in first[1] if k.startswith(("critic/score/", "response_length/"))]
+    assert rewards and {k: first[1][k] for k in rewards} == {k: second[1][k] for k in rewards}
+    assert math.isclose(first[1]["actor/pg_loss"], second[1]["actor/pg_loss"], rel_tol=1e-3)
     for step in first:
-        keys = [k for k in first[step] if not k.startswith(MACHINE_METRICS)]
-        assert {k: first[step][k] for k in keys} == {k: second[step][k] for k in keys}
+        assert abs(first[step]["critic/score/mean"] - second[step]["critic/score/mean"]) <= 2 / 32
+        assert math.isclose(first[step]["actor/grad_norm"], second[step]["actor/grad_norm"], rel_tol=1e-2)
+        assert math.isclose(first[step]["actor/entropy"], second[step]["actor/entropy"], rel_tol=5e-2)
+        # GRPO's loss is a near-zero sum of positive and negative advantages: bounded absolutely
+        assert abs(first[step]["actor/pg_loss"] - second[step]["actor/pg_loss"]) <= 2e-3
