@@ -32,7 +32,7 @@ def train_seed(seed: int, recipe: dict) -> float:
     milestones = []
     arm = ArmSpec("baseline", {}, "baseline", "uniform GRPO")
     with tempfile.TemporaryDirectory() as ckpt:
-        EmbeddedBackend().run_trial(arm, seed, recipe, milestones.append, Path(ckpt))
+        EmbeddedBackend(recipe).run_trial(arm, seed, milestones.append, Path(ckpt))
     return milestones[-1].aggregates["db"]
 
 

@@ -72,7 +72,7 @@ def main() -> None:
         print(f"greedy evaluation, 12 benchmarks ({sum(len(i) for i in evaluator.items)} items): {eval_s:.2f} s")
 
         start = time.perf_counter()
-        EmbeddedBackend().run_trial(BASELINE, 0, recipe, lambda m: None, Path(scratch) / "trial")
+        EmbeddedBackend(recipe).run_trial(BASELINE, 0, lambda m: None, Path(scratch) / "trial")
         trial_s = time.perf_counter() - start
         print(f"default trial ({r.steps} steps, milestone every {r.milestone_every}): {trial_s:.1f} s")
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# GPU smoke test of the verl backend (docs/readme_verl.md): a tiny real verl GRPO trial through
-# tune_dfrl's launcher on ONE GPU with vLLM, printing the milestones Ray Tune would receive.
+# GPU smoke test of the verl backend (docs/readme_verl.md): the small search of
+# benchmarks/verl_cpu_e2e.py (control + arms x seeds, real verl GRPO trials through the CLI) with
+# backend.device=cuda: vLLM rollouts on ONE GPU instead of the CPU platform's HF rollout.
 # Needs an NVIDIA GPU and the `gpu` extra (verl[vllm]); CI and CPU machines never run it.
-#   bash benchmarks/verl_gpu_smoke.sh [--method softmax --params '{"temperature": 0.5}'] [--steps 4]
+#   bash benchmarks/verl_gpu_smoke.sh [--arms 2] [--seeds 2] [--steps 4] [--out DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
@@ -14,4 +15,4 @@ command -v nvidia-smi >/dev/null && nvidia-smi -L | grep -q GPU \
 
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
 export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}"
-exec "$PYTHON" benchmarks/verl_gpu_smoke.py "$@"
+exec "$PYTHON" benchmarks/verl_cpu_e2e.py --device cuda "$@"

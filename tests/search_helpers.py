@@ -28,6 +28,7 @@ BENCHMARKS = [BenchmarkInfo("arith", "math", 40), BenchmarkInfo("bool", "logic",
 
 @dataclass(frozen=True)
 class SyntheticBackend:
+    recipe: dict[str, Any]
     name: str = "synthetic"
     slope: float = 20.0
     sleep_s: float = 0.02
@@ -41,11 +42,14 @@ class SyntheticBackend:
             return CalibrationResult(True, [])
         return CalibrationResult(False, ["units: reference answer '3 m' scored 0 (expected 1)"])
 
-    def validate(self, arm: ArmSpec, recipe: dict[str, Any]) -> None:
+    def prepare(self) -> None:
+        pass
+
+    def validate(self, arm: ArmSpec) -> None:
         if arm.method not in ("baseline", "topk", "maxvar"):
             raise ValueError(f"synthetic backend runs baseline, topk and maxvar; got {arm.method!r}")
 
-    def resources(self, recipe: dict[str, Any]) -> dict[str, float]:
+    def resources(self) -> dict[str, float]:
         return {"cpu": 1}
 
     def score(self, arm: ArmSpec, seed: int, step: int, steps: int) -> float:
@@ -54,11 +58,10 @@ class SyntheticBackend:
         effect = self.slope * (float(arm.params["f"]) - 0.5) if "f" in arm.params else 0.0
         return 30.0 + 7.0 * offset + (effect + 0.5 * noise) * step / steps
 
-    def run_trial(self, arm: ArmSpec, seed: int, recipe: dict[str, Any], report: Callable[[Milestone], None],
-                  checkpoint_dir: Path) -> None:
+    def run_trial(self, arm: ArmSpec, seed: int, report: Callable[[Milestone], None], checkpoint_dir: Path) -> None:
         state = checkpoint_dir / "state.json"
         done = json.loads(state.read_text())["step"] if state.exists() else 0
-        steps, every = int(recipe["steps"]), int(recipe["milestone_every"])
+        steps, every = int(self.recipe["steps"]), int(self.recipe["milestone_every"])
         for step in range(max(done, 1), steps + 1):  # from the checkpoint's milestone: re-reported, as real backends do
             time.sleep(self.sleep_s)
             if step % every and step != steps:
@@ -71,12 +74,12 @@ class SyntheticBackend:
                              aggregates={"db": s, "macro": s, "item": s, "efficiency": s / 100.0 * 10.0}))
 
 
-def build(cfg: dict[str, Any]) -> tuple[SyntheticBackend, dict[str, Any]]:
-    """Backend builder for `tune_dfrl.backends.BACKENDS` (selected with backend.name=synthetic, so `cfg` also
+def build(cfg: dict[str, Any]) -> SyntheticBackend:
+    """Backend constructor for `tune_dfrl.backends.BACKENDS` (selected with backend.name=synthetic, so `cfg` also
     carries the embedded recipe keys: only the budget is taken from it; groups of 8)."""
     options = {k: cfg[k] for k in ("slope", "sleep_s", "calibration_ok") if k in cfg}
     recipe = {"steps": cfg.get("steps", 30), "milestone_every": cfg.get("milestone_every", 10), "rollout_n": 8}
-    return SyntheticBackend(**options), recipe
+    return SyntheticBackend(recipe, **options)
 
 
 def search_cfg(*overrides: str) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,11 @@ BASELINE = ArmSpec("baseline", {}, "baseline", "baseline")
 
 
 def _refused(arm: ArmSpec, recipe: dict, tmp_path: Path, match: str) -> None:
-    """run_trial raises ValueError(match) without reporting, checkpointing or building anything."""
+    """Building the backend or its run_trial raises ValueError(match) without reporting, checkpointing or building anything."""
     reported = []
     cache = tmp_path / "cache"
     with pytest.raises(ValueError, match=match):
-        EmbeddedBackend().run_trial(arm, 0, {"cache_dir": str(cache), **recipe}, reported.append, tmp_path / "ckpt")
+        EmbeddedBackend({"cache_dir": str(cache), **recipe}).run_trial(arm, 0, reported.append, tmp_path / "ckpt")
     assert reported == [] and not (tmp_path / "ckpt").exists() and not cache.exists()
 
 
@@ -27,8 +28,9 @@ def test_backend_contract():
     assert backend.name == "embedded"
     infos = backend.benchmarks()
     assert len(infos) == 12 and {i.domain for i in infos} == {"math", "logic", "science"}
-    assert backend.resources({}) == {"cpu": 1, "gpu": 0}
-    assert backend.resources({"cpus_per_trial": 2}) == {"cpu": 2, "gpu": 0}
+    assert backend.recipe == asdict(EmbeddedRecipe())
+    assert backend.resources() == {"cpu": 1, "gpu": 0}
+    assert EmbeddedBackend({"cpus_per_trial": 2}).resources() == {"cpu": 2, "gpu": 0}
     assert EmbeddedRecipe.from_dict({"cpus_per_trial": 2}).threads == 2
     assert EmbeddedRecipe.from_dict({"cpus_per_trial": 2, "num_threads": 1}).threads == 1
     assert backend.calibrate().ok
@@ -77,5 +79,5 @@ def test_arm_needing_a_signal_the_backend_lacks(monkeypatch, tmp_path):
 def test_validate_accepts_every_paper_method():
     backend = EmbeddedBackend()
     for method in registry.PAPER_METHODS:
-        backend.validate(ArmSpec(method, {}, method, method), {})
+        backend.validate(ArmSpec(method, {}, method, method))
 

@@ -46,7 +46,7 @@ def base_dir(recipe: dict) -> Path:
 
 def _run(recipe: dict, arm: ArmSpec, seed: int, checkpoint_dir: Path) -> list[Milestone]:
     reported: list[Milestone] = []
-    EmbeddedBackend().run_trial(arm, seed, recipe, reported.append, checkpoint_dir)
+    EmbeddedBackend(recipe).run_trial(arm, seed, reported.append, checkpoint_dir)
     return reported
 
 
@@ -137,7 +137,7 @@ def test_resume_from_a_milestone_matches_an_uninterrupted_run(recipe, tmp_path):
             raise Crash
 
     with pytest.raises(Crash):
-        EmbeddedBackend().run_trial(BASELINE, 3, long, crash_at_4, tmp_path / "resumed")
+        EmbeddedBackend(long).run_trial(BASELINE, 3, crash_at_4, tmp_path / "resumed")
     resumed = _run(long, BASELINE, 3, tmp_path / "resumed")
     # milestone 2 was acknowledged and is not reported again; 4 was not, so it is reported once more
     assert [m.step for m in reported] == [2, 4] and [m.step for m in resumed] == [4, 6]

@@ -16,6 +16,7 @@ from tune_dfrl.trainers.verl.backend import VerlBackend
 from tune_dfrl.trainers.verl.export import export_tasks
 from tune_dfrl.trainers.verl.recipe import VerlRecipe, default_recipe
 from tune_dfrl.trainers.verl.reward import compute_score
+from verl_stand_in import write_model
 
 BASELINE = ArmSpec("baseline", {}, "base", "baseline")
 MIXER = ArmSpec("dump_ucb", {"c": 1.0}, "ucb", "dump_ucb")
@@ -26,15 +27,18 @@ GSM8K = [{"data_source": "openai/gsm8k", "name": "gsm8k", "domain": "math", "ite
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("verl_checks")
-    (root / "model").mkdir()
-    (root / "model" / "config.json").write_text("{}")
+    model = write_model(root / "model")
+    (root / "no_tokenizer").mkdir()
+    (root / "no_tokenizer" / "config.json").write_text("{}")
+    no_template = write_model(root / "no_template")
+    (no_template / "chat_template.jinja").unlink()
     train, val = export_tasks(root / "generated", per_domain=4)
     rows = [{"prompt": [{"role": "user", "content": f"q{i}"}], "data_source": "openai/gsm8k",
              "reward_model": {"style": "rule", "ground_truth": str(40 + i)}} for i in range(3)]
     pq.write_table(pa.Table.from_pylist(rows), root / "gsm8k.parquet")
     pq.write_table(pa.Table.from_pylist([{k: v for k, v in r.items() if k != "reward_model"} for r in rows]),
                    root / "no_reward.parquet")
-    return {"model": root / "model", "train": train, "val": val, "gsm8k": root / "gsm8k.parquet",
+    return {"model": model, "no_tokenizer": root / "no_tokenizer", "no_template": no_template, "train": train, "val": val, "gsm8k": root / "gsm8k.parquet",
             "no_reward": root / "no_reward.parquet", "missing": root / "missing.parquet"}
 
 
@@ -52,7 +56,7 @@ def test_a_good_recipe_passes_every_check_but_the_missing_rollout_engine(files):
     check(MIXER, recipe(files))  # files, columns, benchmarks, arm, composed config through verl's validate_config
     if importlib.util.find_spec("vllm") is None:
         with pytest.raises(ValueError, match=r"vllm rollout is not installed\. On a GPU machine install verl\[vllm\]==0\.9\.1"):
-            VerlBackend(recipe(files)).validate(MIXER, recipe(files))
+            VerlBackend(recipe(files)).validate(MIXER)
 
 
 @pytest.mark.parametrize(
@@ -67,6 +71,8 @@ def test_a_good_recipe_passes_every_check_but_the_missing_rollout_engine(files):
         (BASELINE, {"val_files": ["GSM8K"], "benchmarks": [{**GSM8K[0], "items": 5}]},
          "benchmark item counts differ from the validation rows: openai/gsm8k: items=5, rows=3"),
         (BASELINE, {"gpus_per_trial": 0}, "gpus_per_trial must be >= 1"),
+        (BASELINE, {"model_path": "NO_TOKENIZER"}, r"model_path .*no_tokenizer has no usable tokenizer"),
+        (BASELINE, {"model_path": "NO_TEMPLATE"}, r"model_path .*no_template: its tokenizer has no chat template"),
         (ArmSpec("softmax", {"temprature": 2.0}, "x", "x"), {}, "unknown parameter 'temprature'"),
         (BASELINE, {"overrides": ["actor_rollout_ref.actor.use_dynamic_bsz=false"]},
          "(?s)verl rejects the recipe's configuration: .*ppo_micro_batch_size"),
@@ -74,7 +80,10 @@ def test_a_good_recipe_passes_every_check_but_the_missing_rollout_engine(files):
     ],
 )
 def test_bad_input_is_a_clear_error(files, arm, changes, message):
-    changes = {k: [str(files[f.lower()]) if f.isupper() else f for f in v] if k.endswith("_files") else v
+    def named(value: str) -> str:
+        return str(files[value.lower()]) if value.isupper() else value
+
+    changes = {k: [named(f) for f in v] if k.endswith("_files") else named(v) if k == "model_path" else v
                for k, v in changes.items()}
     with pytest.raises(ValueError, match=message):
         check(arm, recipe(files, **changes))
@@ -135,8 +144,7 @@ def test_reward_on_generated_rows_uses_the_embedded_verifier(files):
     assert compute_score("openai/gsm8k", "#### 41", "42")["acc"] == 0.0
 
 
-def test_resources_request_the_recipes_gpus(files):
-    assert VerlBackend().resources(recipe(files, gpus_per_trial=8)) == {"cpu": 1, "gpu": 8}
-    with pytest.raises(ValueError, match=r"construct VerlBackend\(recipe\)"):
-        VerlBackend().benchmarks()
+def test_resources_request_the_recipes_gpus_on_cuda_and_only_cpus_on_cpu(files):
+    assert VerlBackend(recipe(files, gpus_per_trial=8)).resources() == {"cpu": 1, "gpu": 8}
+    assert VerlBackend(recipe(files, device="cpu", cpus_per_trial=3)).resources() == {"cpu": 3, "gpu": 0}
     assert [b.name for b in VerlBackend(recipe(files)).benchmarks()][:2] == ["math_sum3", "math_mix3"]

@@ -6,6 +6,8 @@ the GPUs Ray Tune gave the trial."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +22,7 @@ from tune_dfrl.backend import ArmSpec, Milestone
 from tune_dfrl.trainers.verl.backend import VerlBackend
 from tune_dfrl.trainers.verl.launcher import JsonlTail, MilestoneReader, VerlRunError
 from tune_dfrl.trainers.verl.recipe import VerlRecipe, default_recipe
+from verl_stand_in import accuracy, write_model
 
 HERE = Path(__file__).parent
 STAND_IN = str(HERE / "verl_stand_in.py")
@@ -31,10 +34,6 @@ BENCHMARKS = [
 ]
 
 
-def stand_in_accuracy(step: int, steps: int, strength: float, index: int) -> float:
-    return 100 * (0.2 + 0.1 * strength * step / steps + 0.01 * index)
-
-
 def verl_rows(source: str, count: int, domain: str) -> list[dict]:
     return [{"prompt": [{"role": "user", "content": f"{source} {i}"}], "data_source": source,
              "reward_model": {"style": "rule", "ground_truth": str(i)}, "domain": domain} for i in range(count)]
@@ -43,12 +42,11 @@ def verl_rows(source: str, count: int, domain: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def recipe(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("verl_data")
-    (root / "model").mkdir()
-    (root / "model" / "config.json").write_text("{}")
+    model = write_model(root / "model")
     val = [row for b in BENCHMARKS for row in verl_rows(b["data_source"], b["items"], b["domain"])]
     pq.write_table(pa.Table.from_pylist(val), root / "val.parquet")
     pq.write_table(pa.Table.from_pylist(verl_rows("train", 8, "math")), root / "train.parquet")
-    return default_recipe(model_path=str(root / "model"), train_files=[str(root / "train.parquet")],
+    return default_recipe(model_path=str(model), train_files=[str(root / "train.parquet")],
                           val_files=[str(root / "val.parquet")], gpus_per_trial=0, steps=4, milestone_every=2,
                           benchmarks=BENCHMARKS)
 
@@ -102,37 +100,71 @@ def test_reader_reads_verl_file_logger_records_and_aggregates(recipe, tmp_path, 
     assert m.train == {"actor/entropy": 2.0, "policy/kept_fraction": 0.5}  # means since the last milestone
 
 
+def stand_in(recipe: dict, *options: str) -> VerlBackend:
+    """The verl backend with the stand-in child in place of verl's main_ppo."""
+    return VerlBackend({**recipe, "command": [sys.executable, STAND_IN, *options]})
+
+
 def test_run_trial_reports_milestones_and_leaves_no_process(recipe, tmp_path):
-    backend = VerlBackend(child_command=[sys.executable, STAND_IN])
+    backend = stand_in(recipe)
     arm = ArmSpec("softmax", {"temperature": 2.0}, "arm1", "softmax T=2")
     reported: list[Milestone] = []
-    backend.run_trial(arm, 7, recipe, reported.append, tmp_path / "ckpt")
+    backend.run_trial(arm, 7, reported.append, tmp_path / "ckpt")
 
     assert [m.step for m in reported] == [2, 4]
     for m in reported:
-        assert m.accuracy == pytest.approx({b["name"]: stand_in_accuracy(m.step, 4, 2.0, i) for i, b in enumerate(BENCHMARKS)})
+        assert m.accuracy == pytest.approx({b["name"]: 100 * accuracy(m.step, 4, 2.0, i, "arm1", 7)
+                                            for i, b in enumerate(BENCHMARKS)})
     lines = (tmp_path / "ckpt" / "milestones.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [2, 4]
 
     info = json.loads((tmp_path / "ckpt" / "stand_in.json").read_text())
     assert info["cwd"] == str(tmp_path / "ckpt")
     assert info["env"] == {"CUDA_VISIBLE_DEVICES": info["env"]["CUDA_VISIBLE_DEVICES"], "WANDB_MODE": "disabled",
-                           "HF_HUB_OFFLINE": "1", "RAY_ADDRESS": None}
+                           "HF_HUB_OFFLINE": "1", "RAY_ADDRESS": None, "VERL_PLATFORM": None}  # device cuda: no CPU platform
     assert {"data.seed=7", "actor_rollout_ref.actor.data_loader_seed=7", "actor_rollout_ref.rollout.seed=7",
             "trainer.test_freq=2", "+ray_kwargs.ray_init.address=local"} <= set(info["overrides"])
     assert wait_all_gone(child_pids(tmp_path / "ckpt"), timeout_s=5) == []
 
     (tmp_path / "ckpt" / "stand_in.json").unlink()
-    backend.run_trial(arm, 7, recipe, reported.append, tmp_path / "ckpt")  # finished: nothing to rerun
+    backend.run_trial(arm, 7, reported.append, tmp_path / "ckpt")  # finished: nothing to rerun
     assert len(reported) == 2 and not (tmp_path / "ckpt" / "stand_in.json").exists()
 
 
+def group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split() if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if fields and fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+def test_a_killed_supervisor_takes_its_process_group_along():
+    """Ray SIGKILLs the child processes of a trial worker it ends, the supervisor among them: its guard
+    (PR_SET_PDEATHSIG) then ends the group, down to a process the child left behind."""
+    child = ("import subprocess, sys, time; "
+             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)")
+    supervisor = subprocess.Popen([sys.executable, "-m", "tune_dfrl.trainers.verl.supervise", str(os.getpid()), "--",
+                                   sys.executable, "-c", child], start_new_session=True)
+    deadline = time.monotonic() + 30
+    while len(members := group_members(supervisor.pid)) < 4 and time.monotonic() < deadline:  # + guard, child, its child
+        time.sleep(0.2)
+    assert len(members) == 4
+    os.kill(supervisor.pid, signal.SIGKILL)
+    supervisor.wait()
+    assert wait_all_gone(members, timeout_s=15) == []
+
+
 def test_crashing_child_becomes_an_error_with_its_log_tail(recipe, tmp_path):
-    backend = VerlBackend(child_command=[sys.executable, STAND_IN, "--crash-after", "3"])
+    backend = stand_in(recipe, "--crash-after", "3")
     reported: list[Milestone] = []
     arm = ArmSpec("baseline", {}, "arm0", "baseline")
     with pytest.raises(VerlRunError, match=r"(?s)exited with code 3.*stand-in CUDA out of memory"):
-        backend.run_trial(arm, 0, recipe, reported.append, tmp_path / "ckpt")
+        backend.run_trial(arm, 0, reported.append, tmp_path / "ckpt")
     assert [m.step for m in reported] == [2]
     assert wait_all_gone(child_pids(tmp_path / "ckpt"), timeout_s=5) == []
 
@@ -142,21 +174,21 @@ def test_asha_stops_the_weak_trial_and_no_child_survives(ray_session, recipe, tm
     from ray.tune.schedulers import ASHAScheduler
 
     recipe = {**recipe, "steps": 6, "milestone_every": 1}
+    cases = {
+        name: {"arm": asdict(ArmSpec("softmax", {"temperature": t}, name, name)), "dir": str(tmp_path / name)}
+        for name, t in (("strong", 5.0), ("weak", 0.1))
+    }
+    backends = {name: stand_in(recipe, "--step-seconds", str(s)) for name, s in (("strong", 0.2), ("weak", 2.0))}
 
     def trainable(config: dict) -> None:
         case = config["case"]
-        backend = VerlBackend(child_command=[sys.executable, STAND_IN, "--step-seconds", str(case["step_seconds"])])
-        backend.run_trial(ArmSpec(**case["arm"]), 0, recipe, lambda m: tune.report(m.flat()), Path(case["dir"]))
+        backends[case["arm"]["arm_id"]].run_trial(ArmSpec(**case["arm"]), 0, lambda m: tune.report(m.flat()),
+                                                  Path(case["dir"]))
 
-    cases = {
-        name: {"arm": asdict(ArmSpec("softmax", {"temperature": t}, name, name)), "step_seconds": s,
-               "dir": str(tmp_path / name)}
-        for name, t, s in (("strong", 5.0, 0.2), ("weak", 0.1, 2.0))
-    }
     scheduler = ASHAScheduler(time_attr="step", metric="score/db", mode="max", max_t=6, grace_period=1,
                               reduction_factor=2)
     results = tune.Tuner(
-        tune.with_resources(trainable, VerlBackend().resources(recipe)),
+        tune.with_resources(trainable, VerlBackend(recipe).resources()),
         param_space={"case": tune.grid_search(list(cases.values()))},
         tune_config=tune.TuneConfig(scheduler=scheduler),
         run_config=tune.RunConfig(storage_path=str(tmp_path / "tune"), name="asha", verbose=0),

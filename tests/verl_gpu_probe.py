@@ -25,17 +25,17 @@ STAND_IN = str(Path(__file__).with_name("verl_stand_in.py"))
 
 def main() -> None:
     recipe, work = json.loads(sys.argv[1]), Path(sys.argv[2])
-    backend = VerlBackend(child_command=[sys.executable, STAND_IN])
+    backend = VerlBackend({**recipe, "command": [sys.executable, STAND_IN]})
 
     def trainable(config: dict) -> None:
         (work / "trial_gpu_ids.json").write_text(json.dumps([int(i) for i in ray.get_gpu_ids()]))
         arm = ArmSpec("softmax", {"temperature": 1.0}, "probe", "probe")
-        backend.run_trial(arm, 0, recipe, lambda m: tune.report(m.flat()), work / "trial")
+        backend.run_trial(arm, 0, lambda m: tune.report(m.flat()), work / "trial")
 
     ray.init(address="local", num_cpus=2, num_gpus=8, include_dashboard=False,
              object_store_memory=100 * 1024**2, log_to_driver=False)
     try:
-        resources = backend.resources(recipe)
+        resources = backend.resources()
         results = tune.Tuner(
             tune.with_resources(trainable, resources),
             run_config=tune.RunConfig(storage_path=str(work / "tune"), name="gpu_probe", verbose=0),

@@ -5,18 +5,25 @@ Reads the Hydra overrides the launcher passes, then, like verl's file logger, wr
 metrics every `trainer.test_freq` steps and at `trainer.total_training_steps`. The accuracy
 on the i-th validation data_source (sorted) at step s is
 
-    acc(s, i) = 0.2 + 0.1 * strength * s / steps + 0.01 * i,   strength = the arm's `temperature`.
+    acc(s, i) = 0.2 + 0.1 * strength * s / steps + 0.01 * i + u(arm, seed),
+
+strength = the arm's `temperature` (1 when it has none), u a fixed offset in [0, 0.01) per
+(arm id, `data.seed`), so that paired deltas of a search vary over seeds.
 
 Like verl, it leaves a long-lived process of its own behind (a stand-in for its Ray instance);
 its pids, the environment and the overrides go to `stand_in.json` next to the metrics file.
 
 Options before the overrides: --step-seconds S (sleep per step), --crash-after K (after step K
 print a traceback and exit 3).
+
+`write_model(path)` writes the model directory the stand-in's recipes name: verl's checks load its
+tokenizer and chat template; the stand-in never loads weights.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -28,8 +35,21 @@ import pyarrow.parquet as pq
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 
-def accuracy(step: int, steps: int, strength: float, index: int) -> float:
-    return 0.2 + 0.1 * strength * step / steps + 0.01 * index
+def write_model(path: Path) -> Path:
+    """config.json and the embedded tokenizer with the exporter's verbatim chat template."""
+    from tune_dfrl.trainers.embedded.model import build_tokenizer
+    from tune_dfrl.trainers.verl.export import VERBATIM_CHAT_TEMPLATE
+
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = VERBATIM_CHAT_TEMPLATE
+    tokenizer.save_pretrained(path)
+    (path / "config.json").write_text("{}")
+    return path
+
+
+def accuracy(step: int, steps: int, strength: float, index: int, arm_id: str, seed: int) -> float:
+    offset = int(hashlib.sha256(f"{arm_id}:{seed}".encode()).hexdigest()[:8], 16) % 1000 / 100_000
+    return 0.2 + 0.1 * strength * step / steps + 0.01 * index + offset
 
 
 def main() -> int:
@@ -39,13 +59,14 @@ def main() -> int:
     options, raw = parser.parse_known_args()
     overrides = {o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(raw)}
     steps, every = int(overrides["trainer.total_training_steps"]), int(overrides["trainer.test_freq"])
-    strength = float(json.loads(overrides["tune_dfrl.policy"])["params"].get("temperature", 1.0))
+    policy = json.loads(overrides["tune_dfrl.policy"])
+    strength, arm_id, seed = float(policy["params"].get("temperature", 1.0)), policy["arm_id"], int(overrides["data.seed"])
     sources = sorted({s for f in overrides["data.val_files"] for s in pq.read_table(f).column("data_source").to_pylist()})
 
     metrics_path = Path(os.environ["VERL_FILE_LOGGER_PATH"])
     lingering = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     info = {"pid": os.getpid(), "parent": os.getppid(), "lingering": lingering.pid, "overrides": raw,
-            "cwd": os.getcwd(), "env": {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "WANDB_MODE",
+            "cwd": os.getcwd(), "env": {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "WANDB_MODE", "VERL_PLATFORM",
                                                                           "HF_HUB_OFFLINE", "RAY_ADDRESS")}}
     metrics_path.with_name("stand_in.json").write_text(json.dumps(info))
     print(f"stand-in verl: {steps} steps, validation every {every}", flush=True)
@@ -56,7 +77,7 @@ def main() -> int:
                                       "timing_s/step": options.step_seconds}
             if step % every == 0 or step == steps:
                 for i, source in enumerate(sources):
-                    data[f"val-core/{source}/acc/mean@1"] = accuracy(step, steps, strength, i)
+                    data[f"val-core/{source}/acc/mean@1"] = accuracy(step, steps, strength, i, arm_id, seed)
                     data[f"val-aux/{source}/length_chars/mean@1"] = 10.0 + i
                     data[f"val-aux/{source}/format_fail/mean@1"] = 0.05
             log.write(json.dumps({"step": step, "data": data}).encode() + b"\n")

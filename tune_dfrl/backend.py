@@ -63,10 +63,16 @@ class CalibrationResult:
     failures: list[str]  # one line per failing benchmark / case
 
 
+class BackendError(ValueError):
+    """A backend failed before any trial started (building, validating, calibrating, preparing):
+    the search reports it as `error: ...` and exits with code 2."""
+
+
 class Backend(Protocol):
-    """A training backend (embedded CPU GRPO, or verl on GPUs)."""
+    """A training backend (embedded CPU GRPO, or verl), constructed from its recipe: `Backend(recipe)`."""
 
     name: str
+    recipe: dict[str, Any]  # the full recipe (defaults plus overrides), JSON-able; part of every arm id
 
     def benchmarks(self) -> list[BenchmarkInfo]: ...
 
@@ -74,22 +80,19 @@ class Backend(Protocol):
         """Reference answers must score 1 and malformed ones 0 on every benchmark."""
         ...
 
-    def validate(self, arm: ArmSpec, recipe: dict[str, Any]) -> None:
-        """Raise ValueError before any training if this arm/recipe cannot run here."""
+    def prepare(self) -> None:
+        """One-off work in the driver before any trial (e.g. building a cached base model)."""
         ...
 
-    def resources(self, recipe: dict[str, Any]) -> dict[str, float]:
+    def validate(self, arm: ArmSpec) -> None:
+        """Raise ValueError before any training if this arm cannot run under the recipe here."""
+        ...
+
+    def resources(self) -> dict[str, float]:
         """Resources one trial needs, e.g. {"cpu": 1, "gpu": 0}; the trial uses exactly that many threads."""
         ...
 
-    def run_trial(
-        self,
-        arm: ArmSpec,
-        seed: int,
-        recipe: dict[str, Any],
-        report: Callable[[Milestone], None],
-        checkpoint_dir: Path,
-    ) -> None:
+    def run_trial(self, arm: ArmSpec, seed: int, report: Callable[[Milestone], None], checkpoint_dir: Path) -> None:
         """Train (arm, seed) for recipe['steps'] steps, evaluating every recipe['milestone_every'] steps.
 
         Calls `report` once per milestone (the last one at step == recipe['steps']). Saves a

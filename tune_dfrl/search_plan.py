@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from tune_dfrl.backend import ArmSpec, Backend
-from tune_dfrl.backends import make_backend
+from tune_dfrl.backends import backend_errors, get_backend
 from tune_dfrl.control_cache import default_cache_root
 from tune_dfrl.resume import LOCK, check_folder_free, describe_differences
 from tune_dfrl.services import (check_folder, check_ray_address, check_sqlite_file, check_tracking_uri, ray_address,
@@ -140,7 +140,8 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
     backend_cfg = dict(cfg["backend"])
     backend_name = backend_cfg.pop("name")
     budget = {k: v for k, v in (("steps", settings.steps), ("milestone_every", settings.milestone_every)) if v is not None}
-    backend, recipe = make_backend(backend_name, {**backend_cfg, **budget})
+    backend = get_backend(backend_name, {**backend_cfg, **budget})
+    recipe = backend.recipe
     steps, every = int(recipe["steps"]), int(recipe["milestone_every"])
     if every < 1 or steps < every:
         raise SearchError(f"step budget steps={steps} is shorter than one milestone (milestone_every={every}); "
@@ -155,8 +156,9 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
 
     make_arm = ArmFactory(int(recipe["rollout_n"]), recipe_hash(recipe), binary_rewards=backend_name == "embedded")
     control = make_arm({"method": space.control_method, "params": space.control_params})
-    for suggestion in [{"method": space.control_method, "params": space.control_params}, *space.default_suggestions()]:
-        backend.validate(make_arm(suggestion), recipe)
+    with backend_errors(backend_name, "validate the arms"):
+        for suggestion in [{"method": space.control_method, "params": space.control_params}, *space.default_suggestions()]:
+            backend.validate(make_arm(suggestion))
 
     if settings.resume and not settings.out:
         raise SearchError("resume=true needs out=DIR: the output directory of the search to continue")

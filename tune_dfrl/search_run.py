@@ -28,7 +28,7 @@ from typing import Any
 from ray.tune import Callback
 
 from tune_dfrl.backend import Backend, BenchmarkInfo
-from tune_dfrl.backends import prepare_backend
+from tune_dfrl.backends import backend_errors
 from tune_dfrl.control_cache import ControlCache
 from tune_dfrl.guarded import Guarded
 from tune_dfrl.resume import attempts_log, hold_folder, start_attempt, state_dir
@@ -91,7 +91,8 @@ def evaluated_benchmarks(backend: Backend, recipe: dict[str, Any]) -> list[Bench
 
 def calibrate(backend: Backend) -> None:
     """The backend's calibration smoke test; a failure refuses the search."""
-    result = backend.calibrate()
+    with backend_errors(backend.name, "calibrate"):
+        result = backend.calibrate()
     if not result.ok:
         lines = "\n  ".join(result.failures)
         raise SearchError(f"calibration smoke test failed; refusing to start the search:\n  {lines}")
@@ -130,20 +131,24 @@ def _run(plan: Plan) -> dict[str, Any]:
     from tune_dfrl.tracking import SearchTracker
     from tune_dfrl.trial import CellJob, run_cell, trial_dirname
 
+    with backend_errors(plan.backend_name, "size a trial"):
+        resources = plan.backend.resources()
     out = plan.out
     for log in (out / "results.jsonl", out / "failures.jsonl", attempts_log(out)):
         if (note := repair_log(log)) is not None:
             print(f"note: {note}", flush=True)
     save_plan(plan)
     attempt = start_attempt(out, plan.resume)
-    benchmarks = evaluated_benchmarks(plan.backend, plan.recipe)
+    with backend_errors(plan.backend_name, "list its benchmarks"):
+        benchmarks = evaluated_benchmarks(plan.backend, plan.recipe)
     (out / "benchmarks.json").write_text(json.dumps([asdict(b) for b in benchmarks], indent=2))
     print(f"search {plan.space.name}: {plan.n_arms} arms + control x {len(plan.seeds)} seeds, "
           f"{plan.scheduler.name} at steps {list(plan.milestones)}; output in {out}"
           + (f" (resumed, attempt {attempt})" if plan.resume else ""), flush=True)
     began = time.monotonic()
     print(f"preparing the {plan.backend_name} backend (a first run builds what it caches, e.g. the embedded base model)", flush=True)
-    prepare_backend(plan.backend_name, plan.recipe)
+    with backend_errors(plan.backend_name, "prepare"):
+        plan.backend.prepare()
     print(f"backend ready after {time.monotonic() - began:.0f} s", flush=True)
 
     tracker = Guarded(SearchTracker(plan.tracking_uri, plan.experiment, _artifact_location(plan), plan.space.name,
@@ -178,8 +183,7 @@ def _run(plan: Plan) -> dict[str, Any]:
         callbacks.append(Guarded(ControlCacheWriter(cache, plan.control.arm_id, out / "results.jsonl"),
                                  f"storing control results in the cache {plan.control_cache}",
                                  "the search goes on; later searches train their control again"))
-    resources = plan.backend.resources(plan.recipe)
-    job = CellJob(plan.backend, plan.recipe, str(out / "cells"), max(1, int(resources.get("cpu", 1))), plan.control.arm_id,
+    job = CellJob(plan.backend, str(out / "cells"), max(1, int(resources.get("cpu", 1))), plan.control.arm_id,
                   plan.faults)
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: no Ray Tune status tables

@@ -69,8 +69,7 @@ class PlantedFault:
 class CellJob:
     """Everything a trial needs besides its (arm, seed) config; picklable, sent once to the workers."""
 
-    backend: Backend
-    recipe: dict[str, Any]
+    backend: Backend  # carries its recipe
     cells_root: str  # absolute
     cpus: int
     control_id: str
@@ -85,7 +84,7 @@ def run_cell(config: dict[str, Any], job: CellJob) -> None:
     torch.set_num_threads(job.cpus)
     arm = ArmSpec(**config["arm"])
     seed = int(config["seed"])
-    final = int(job.recipe["steps"])
+    final = int(job.backend.recipe["steps"])
     cell = cell_dir(Path(job.cells_root), arm.arm_id, seed)
     log = cell / MILESTONES
     records = read_records(log)
@@ -108,4 +107,4 @@ def run_cell(config: dict[str, Any], job: CellJob) -> None:
 
     ckpt = cell / "checkpoint"
     ckpt.mkdir(parents=True, exist_ok=True)
-    job.backend.run_trial(arm, seed, job.recipe, report, ckpt)
+    job.backend.run_trial(arm, seed, report, ckpt)

@@ -1,12 +1,16 @@
 """`VerlBackend`: the `Backend` contract (tune_dfrl/backend.py) on real verl GRPO runs.
 
 A trial is a verl run in a child process group with its own Ray instance (launcher.py); Ray
-Tune accounts its GPUs (`resources` = {"cpu": 1, "gpu": gpus_per_trial}: the child inherits the
-trial's `CUDA_VISIBLE_DEVICES`). Files of a trial, all in its `checkpoint_dir`:
+Tune accounts its GPUs on `device: cuda` (`resources` = {"cpu": cpus_per_trial, "gpu": gpus_per_trial}:
+the child inherits the trial's `CUDA_VISIBLE_DEVICES`) and only CPUs on `device: cpu`, where the
+child also gets `tune_dfrl.trainers.verl.cpu.cpu_env`. Files of a trial, all in its `checkpoint_dir`:
 
     verl.log              the child's stdout and stderr
     verl_metrics.jsonl    verl's file logger (VERL_FILE_LOGGER_PATH)
     milestones.jsonl      the milestones reported so far (one flat JSON per line)
+    verl_runs.jsonl       per start of the child: {"first_step", "startup_s"}, the seconds from starting it
+                          to its first metrics record less that step's `timing_s/step` and `timing_s/testing`
+                          (process start, private Ray, workers, model and checkpoint loading)
     verl/                 verl's checkpoints (trainer.default_local_dir; resumed automatically)
 
 A rerun of the same trial resumes from verl's last checkpoint and reports only milestones after
@@ -17,7 +21,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,57 +36,50 @@ VERL_MAIN = (sys.executable, "-m", "verl.trainer.main_ppo")
 
 
 class VerlBackend:
-    """Trains (arm, seed) with verl 0.9.1 and the arm's data policy.
-
-    `recipe` (the `backend/verl.yaml` node) gives `benchmarks()` and `calibrate()` their
-    benchmarks; `child_command` is the verl entry point the overrides are appended to.
-    """
+    """Trains (arm, seed) with verl 0.9.1 and the arm's data policy, under `recipe` (the `backend/verl.yaml` node)."""
 
     name = "verl"
 
-    def __init__(self, recipe: Mapping[str, Any] | None = None, child_command: Sequence[str] = VERL_MAIN):
-        self.recipe = dict(recipe) if recipe is not None else None
-        self.child_command = tuple(child_command)
-
-    def _own_recipe(self) -> VerlRecipe:
-        if self.recipe is None:
-            raise ValueError("the verl backend's benchmarks come from its recipe: construct VerlBackend(recipe)")
-        return VerlRecipe.from_dict(self.recipe)
+    def __init__(self, recipe: Mapping[str, Any]):
+        self.recipe = dict(recipe)
+        self.config = VerlRecipe.from_dict(self.recipe)
 
     def benchmarks(self) -> list[BenchmarkInfo]:
-        return list(self._own_recipe().benchmark_set().benchmarks)
+        return list(self.config.benchmark_set().benchmarks)
 
     def calibrate(self) -> CalibrationResult:
-        return checks.calibrate(self._own_recipe())
+        return checks.calibrate(self.config)
 
-    def validate(self, arm: ArmSpec, recipe: dict[str, Any]) -> None:
-        parsed = VerlRecipe.from_dict(recipe)
-        checks.check_trial(arm, parsed)
-        checks.check_rollout_engine(parsed)
+    def prepare(self) -> None:
+        """Nothing to build: the model and parquet files are the recipe's."""
 
-    def resources(self, recipe: dict[str, Any]) -> dict[str, float]:
-        return {"cpu": 1, "gpu": VerlRecipe.from_dict(recipe).gpus_per_trial}
+    def validate(self, arm: ArmSpec) -> None:
+        checks.check_trial(arm, self.config)
+        checks.check_rollout_engine(self.config)
 
-    def run_trial(
-        self,
-        arm: ArmSpec,
-        seed: int,
-        recipe: dict[str, Any],
-        report: Callable[[Milestone], None],
-        checkpoint_dir: Path,
-    ) -> None:
-        parsed = VerlRecipe.from_dict(recipe)
+    def resources(self) -> dict[str, float]:
+        """Tune's share of a trial: `cpus_per_trial` CPUs, and `gpus_per_trial` GPUs on cuda (none on cpu)."""
+        return {"cpu": self.config.cpus_per_trial, "gpu": self.config.gpus_per_trial if self.config.device == "cuda" else 0}
+
+    def run_trial(self, arm: ArmSpec, seed: int, report: Callable[[Milestone], None], checkpoint_dir: Path) -> None:
+        recipe = self.config
         checkpoint_dir = Path(checkpoint_dir).resolve()
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         reported = checkpoint_dir / "milestones.jsonl"
         done = last_reported_step(reported)
-        if done >= parsed.steps:
+        if done >= recipe.steps:
             return
-        reader = MilestoneReader(parsed.benchmark_sources(), parsed.benchmark_set())
-        last = done
+        reader = MilestoneReader(recipe.benchmark_sources(), recipe.benchmark_set())
+        last, started, first_seen = done, time.monotonic(), False
 
         def on_record(record: dict[str, Any]) -> None:
-            nonlocal last
+            nonlocal last, first_seen
+            if not first_seen:
+                first_seen = True
+                step_s = sum(float(record["data"].get(f"timing_s/{t}", 0.0)) for t in ("step", "testing"))
+                with (checkpoint_dir / "verl_runs.jsonl").open("a") as handle:
+                    handle.write(json.dumps({"first_step": int(record["step"]),
+                                             "startup_s": time.monotonic() - started - step_s}) + "\n")
             milestone = reader.read(record)
             if milestone is None or milestone.step <= last:
                 return
@@ -92,16 +90,21 @@ class VerlBackend:
 
         metrics_path = checkpoint_dir / "verl_metrics.jsonl"
         metrics_path.unlink(missing_ok=True)  # verl rewrites it from the start; never read a previous run's
+        env = child_env(metrics_path)
+        if recipe.device == "cpu":
+            from tune_dfrl.trainers.verl.cpu import cpu_env
+
+            env.update(cpu_env(checkpoint_dir))
         run_child(
-            [*self.child_command, *build_overrides(parsed, arm, seed, checkpoint_dir)],
-            child_env(metrics_path),
+            [*(recipe.command or VERL_MAIN), *build_overrides(recipe, arm, seed, checkpoint_dir)],
+            env,
             work_dir=checkpoint_dir,
             metrics_path=metrics_path,
             log_path=checkpoint_dir / "verl.log",
             on_record=on_record,
         )
-        if last != parsed.steps:
-            raise VerlRunError(f"verl finished without the final milestone at step {parsed.steps} (last: {last}); "
+        if last != recipe.steps:
+            raise VerlRunError(f"verl finished without the final milestone at step {recipe.steps} (last: {last}); "
                                f"see {checkpoint_dir / 'verl.log'}")
 
 

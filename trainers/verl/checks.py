@@ -1,11 +1,12 @@
 """Checks that run before any GPU is requested, and the reward calibration smoke test.
 
 `check_trial` raises ValueError naming what is wrong and what is allowed when verl (or its
-`verl-core` extra) is missing, the model directory or a parquet file is missing, a parquet file
+`verl-core` extra) is missing, the model directory or a parquet file is missing, the model's
+tokenizer does not load or has no chat template that renders a training prompt, a parquet file
 lacks a column verl or the arm needs (the domain column for mixers), validation data_sources and
 the benchmark mapping disagree, the arm's parameters are invalid, or verl's own
 `validate_config` rejects the composed configuration. `check_rollout_engine` checks the rollout
-engine (vLLM / SGLang), which only the `gpu` extra installs.
+engine: vLLM / SGLang, which only the `gpu` extra installs, or on `device: cpu` our CPU package.
 
 `calibrate` scores, per benchmark, the first `CALIBRATION_ROWS` validation rows with the reward
 function the trials will use (`reward.custom_reward_function` of the composed config: ours,
@@ -57,9 +58,16 @@ def check_verl_installed() -> None:
 
 
 def check_rollout_engine(recipe: VerlRecipe) -> None:
-    if importlib.util.find_spec(recipe.rollout_engine) is None:
+    if recipe.device == "cpu":
+        try:
+            recipe.engine
+        except Exception as error:
+            raise ValueError(f"device=cpu needs tune_dfrl.trainers.verl.cpu (the CPU platform and HF rollout), which "
+                             f"does not import: {type(error).__name__}: {error}") from error
+        return
+    if importlib.util.find_spec(recipe.engine) is None:
         raise ValueError(
-            f"verl's {recipe.rollout_engine} rollout is not installed. On a GPU machine install verl[vllm]==0.9.1 "
+            f"verl's {recipe.engine} rollout is not installed. On a GPU machine install verl[vllm]==0.9.1 "
             "(the `gpu` extra; steps in docs/readme_verl.md); never on a CPU-only machine, it replaces torch"
         )
 
@@ -100,6 +108,29 @@ def check_data(recipe: VerlRecipe, mixer: bool) -> list[str]:
     return sorted(set(map(str, domains)))
 
 
+def check_tokenizer(recipe: VerlRecipe) -> None:
+    """The model's tokenizer loads, has a chat template, and renders the first training prompt to tokens
+    (`apply_chat_template(prompt, add_generation_prompt=True)`, as verl's RLHFDataset renders prompts)."""
+    from transformers import AutoTokenizer
+
+    where = f"model_path {recipe.model_path}"
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(recipe.model_path))
+    except Exception as error:
+        raise ValueError(f"{where} has no usable tokenizer: {type(error).__name__}: {error}") from error
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(f"{where}: its tokenizer has no chat template, with which verl renders every prompt; add one "
+                         "(`chat_template` in tokenizer_config.json), e.g. as `python -m tune_dfrl.trainers.verl.export` does")
+    prompt = pq.read_table(recipe.train_files[0], columns=["prompt"]).column("prompt")[0].as_py()
+    try:
+        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+    except Exception as error:
+        raise ValueError(f"{where}: its chat template cannot render the first training prompt {prompt!r}: "
+                         f"{type(error).__name__}: {error}") from error
+    if not tokenizer(text, add_special_tokens=False)["input_ids"]:
+        raise ValueError(f"{where}: its chat template renders the first training prompt {prompt!r} to no tokens")
+
+
 def check_benchmarks(recipe: VerlRecipe) -> None:
     """Every validation data_source is mapped to a benchmark with its exact row count, and back."""
     counts = Counter(read_column(recipe.val_files, "data_source"))
@@ -127,6 +158,7 @@ def check_trial(arm: ArmSpec, recipe: VerlRecipe) -> None:
     if recipe.gpus_per_trial < 1:
         raise ValueError(f"verl trains on GPUs: gpus_per_trial must be >= 1; got {recipe.gpus_per_trial}")
     domains = check_data(recipe, is_mixer(arm.method))
+    check_tokenizer(recipe)
     check_benchmarks(recipe)
     DataPolicy.from_arm({"method": arm.method, "params": arm.params}, recipe.rollout_n, domains, recipe.domain_column)
     try:

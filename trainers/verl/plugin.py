@@ -1,30 +1,83 @@
-"""verl plugin entry point: registers `DataPolicyTrainer` (trainer.py) as verl v1 trainer mode `tune_dfrl`.
+"""verl plugin entry point: registers `DataPolicyTrainer` (trainer.py) as verl v1 trainer mode `tune_dfrl`,
+and, when `VERL_PLATFORM=cpu`, verl's CPU support (package `cpu/`).
 
 `import verl` loads every entry point of the `verl.plugins` group (verl/__init__.py; ours is
 declared in pyproject.toml), in the driver and in every Ray worker, and swallows their import
 errors. Registering means importing verl's v1 trainer stack (verl/trainer/ppo/v1), which costs
-seconds, so this module does not import it eagerly: it registers the trainer the moment
-`verl.trainer.ppo.v1` finishes importing (at once, when it already has). `get_trainer_cls`
-lives in that package, so verl's `TaskRunnerV1` always finds the trainer, while processes that
-only need e.g. `verl.trainer.ppo.core_algos` pay nothing. Errors in our trainer then surface as
-import errors of `verl.trainer.ppo.v1` instead of being swallowed.
+seconds, so this module does not import it eagerly: `after_import` runs a callback the moment a
+module finishes executing (at once, when it already has). The trainer registers when
+`verl.trainer.ppo.v1` is imported; `get_trainer_cls` lives in that package, so verl's
+`TaskRunnerV1` always finds the trainer, while processes that only need e.g.
+`verl.trainer.ppo.core_algos` pay nothing. Errors in our code then surface as import errors of
+the hooked verl module instead of being swallowed. A CPU setup that fails leaves the `cpu`
+platform unregistered, so verl's `get_platform()` fails loudly on `VERL_PLATFORM=cpu`.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.abc
-import importlib.util
+import os
 import sys
+from collections.abc import Callable
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any
 
 TRAINER_MODE = "tune_dfrl"
 V1_PACKAGE = "verl.trainer.ppo.v1"
+CPU_PLATFORM = "cpu"
+
+_PENDING: dict[str, list[Callable[[ModuleType], None]]] = {}
 
 
-def register() -> None:
+def after_import(module_name: str, callback: Callable[[ModuleType], None]) -> None:
+    """Call `callback(module)` once `module_name` has executed: now if it is imported, else right
+    after its import. A module importing itself partly executed counts as imported."""
+    if module_name in sys.modules:
+        callback(sys.modules[module_name])
+        return
+    _PENDING.setdefault(module_name, []).append(callback)
+    if not any(isinstance(finder, _HookOnImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _HookOnImport())
+
+
+class _RunAfterExec(importlib.abc.Loader):
+    """Runs the real loader, then the callbacks waiting for the module."""
+
+    def __init__(self, loader: importlib.abc.Loader, callbacks: list[Callable[[ModuleType], None]]):
+        self.loader, self.callbacks = loader, callbacks
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        for callback in self.callbacks:
+            callback(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
+
+
+class _HookOnImport(importlib.abc.MetaPathFinder):
+    """Finds a hooked module through the other finders, with a loader that runs its callbacks."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
+        if fullname not in _PENDING:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _RunAfterExec(spec.loader, _PENDING.pop(fullname))
+                return spec
+        return None
+
+
+def register_trainer(_: ModuleType) -> None:
     """Import the trainer module, whose class `register_trainer` registers under `TRAINER_MODE`.
 
     When that module itself triggered the import of `verl.trainer.ppo.v1`, it is only partly
@@ -33,37 +86,6 @@ def register() -> None:
     importlib.import_module("tune_dfrl.trainers.verl.trainer")
 
 
-class _RegisterAfterExec(importlib.abc.Loader):
-    """Runs the real loader, then `register()`."""
-
-    def __init__(self, loader: importlib.abc.Loader):
-        self.loader = loader
-
-    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self.loader.exec_module(module)
-        register()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.loader, name)
-
-
-class _RegisterOnImport(importlib.abc.MetaPathFinder):
-    """Finds `verl.trainer.ppo.v1` as usual, with a loader that registers after executing it."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
-        if fullname != V1_PACKAGE:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _RegisterAfterExec(spec.loader)
-        return spec
-
-
-if V1_PACKAGE in sys.modules:
-    register()
-elif not any(isinstance(finder, _RegisterOnImport) for finder in sys.meta_path):
-    sys.meta_path.insert(0, _RegisterOnImport())
+if os.environ.get("VERL_PLATFORM", "").strip().lower() == CPU_PLATFORM:
+    importlib.import_module("tune_dfrl.trainers.verl.cpu").activate()
+after_import(V1_PACKAGE, register_trainer)

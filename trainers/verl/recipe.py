@@ -16,7 +16,12 @@ with verl's own config (`verl/trainer/config/ppo_trainer.yaml`) and, in order:
 - a private Ray instance per trial: `+ray_kwargs.ray_init.address=local`;
 - the arm: `+tune_dfrl.policy` (JSON of method + params) and `+tune_dfrl.domain_column`;
 - the reward: `tune_dfrl.trainers.verl.reward.compute_score`;
-- the recipe's own `overrides` last, so they win.
+- the recipe's own `overrides`, so they win over ours;
+- on `device: cpu`, last, `tune_dfrl.trainers.verl.cpu.cpu_overrides` (the CPU platform's settings,
+  the HF rollout, the trial's private Ray with one logical GPU; `cpus_per_trial` sizes it).
+
+On `device: cpu` the rollout engine is `tune_dfrl.trainers.verl.cpu.ROLLOUT_NAME` (HF `generate`);
+that package is imported only then.
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ from .plugin import TRAINER_MODE
 
 RECIPE_FILE = importlib.resources.files("tune_dfrl") / "conf" / "backend" / "verl.yaml"
 REWARD_MODULE = "pkg://tune_dfrl.trainers.verl.reward"
-ROLLOUT_ENGINES = ("vllm", "sglang")
+ROLLOUT_ENGINES = ("vllm", "sglang")  # GPU engines; the first is the default on cuda
+DEVICES = ("cuda", "cpu")
 TOKENS_PER_GPU = 16384  # verl's default micro-batch token budget (dynamic batch size); at least one sequence
 MAX_EPOCHS = 1_000_000  # verl stops at trainer.total_training_steps; epochs must not end the run first
 
@@ -89,8 +95,11 @@ class VerlRecipe:
     domain_column: str
     benchmarks: tuple[BenchmarkSource, ...] | None  # None: the embedded backend's generated tasks
     subsets: dict[str, tuple[str, ...]]
-    rollout_engine: str
+    rollout_engine: str | None  # None: the device's engine (see `engine`)
     overrides: tuple[str, ...]
+    device: str
+    cpus_per_trial: int
+    command: tuple[str, ...] | None  # None: this Python's `-m verl.trainer.main_ppo`
 
     @classmethod
     def from_dict(cls, recipe: Mapping[str, Any]) -> VerlRecipe:
@@ -115,22 +124,46 @@ class VerlRecipe:
         lr = recipe["lr"]
         if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
             raise ValueError(f"verl recipe key 'lr' must be a number > 0; got {lr!r}")
-        if recipe["rollout_engine"] not in ROLLOUT_ENGINES:
-            raise ValueError(f"rollout_engine={recipe['rollout_engine']!r}; allowed: {', '.join(ROLLOUT_ENGINES)}")
+        device, engine, gpus = recipe["device"], recipe["rollout_engine"], _integer(recipe, "gpus_per_trial", low=0)
+        if device not in DEVICES:
+            raise ValueError(f"device={device!r}; allowed: {', '.join(DEVICES)}")
+        if engine is not None and engine not in ROLLOUT_ENGINES:
+            raise ValueError(f"rollout_engine={engine!r}; allowed: null (the device's), {', '.join(ROLLOUT_ENGINES)}")
+        if device == "cpu" and engine is not None:
+            raise ValueError(f"device=cpu rolls out with tune_dfrl's HF rollout; rollout_engine={engine} needs GPUs: "
+                             "set rollout_engine=null")
+        if device == "cpu" and gpus != 1:
+            raise ValueError(f"device=cpu trains in one process, which verl places on one logical GPU of the trial's "
+                             f"private Ray: gpus_per_trial must be 1; got {gpus}")
+        command = recipe["command"]
+        if command is not None and (isinstance(command, str) or not command or not all(isinstance(c, str) for c in command)):
+            raise ValueError(f"verl recipe key 'command' must be null or a non-empty list of strings; got {command!r}")
         return cls(
             model_path=_paths(recipe, "model_path")[0],
             train_files=_paths(recipe, "train_files"),
             val_files=_paths(recipe, "val_files"),
-            gpus_per_trial=_integer(recipe, "gpus_per_trial", low=0),
+            gpus_per_trial=gpus,
             ppo_mini_batch_size=mini,
             lr=float(lr),
             domain_column=str(recipe["domain_column"]),
             benchmarks=None if recipe["benchmarks"] is None else tuple(_benchmark(r) for r in recipe["benchmarks"]),
             subsets={str(k): tuple(v) for k, v in dict(recipe["subsets"] or {}).items()},
-            rollout_engine=str(recipe["rollout_engine"]),
+            rollout_engine=engine,
             overrides=tuple(str(o) for o in recipe["overrides"] or ()),
+            device=device,
+            cpus_per_trial=_integer(recipe, "cpus_per_trial", low=1),
+            command=None if command is None else tuple(command),
             **counts,
         )
+
+    @property
+    def engine(self) -> str:
+        """verl's `actor_rollout_ref.rollout.name`: `rollout_engine`, else vllm on cuda and the HF rollout on cpu."""
+        if self.device == "cpu":
+            from tune_dfrl.trainers.verl.cpu import ROLLOUT_NAME
+
+            return ROLLOUT_NAME
+        return self.rollout_engine or ROLLOUT_ENGINES[0]
 
     def benchmark_sources(self) -> tuple[BenchmarkSource, ...]:
         """The validation benchmarks; when the recipe leaves them null, the generated tasks' twelve
@@ -221,7 +254,7 @@ def build_overrides(recipe: VerlRecipe, arm: ArmSpec, seed: int, checkpoint_dir:
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
         f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={max(TOKENS_PER_GPU, recipe.max_prompt_length + recipe.max_response_length)}",
         f"actor_rollout_ref.actor.data_loader_seed={seed}",
-        f"actor_rollout_ref.rollout.name={recipe.rollout_engine}",
+        f"actor_rollout_ref.rollout.name={recipe.engine}",
         f"actor_rollout_ref.rollout.n={recipe.rollout_n}",
         f"actor_rollout_ref.rollout.seed={seed}",
         "reward.custom_reward_function.path=" + REWARD_MODULE,
@@ -246,7 +279,15 @@ def build_overrides(recipe: VerlRecipe, arm: ArmSpec, seed: int, checkpoint_dir:
         f"+tune_dfrl.policy={hydra_quote(policy_json(arm))}",
         f"+tune_dfrl.domain_column={hydra_quote(recipe.domain_column)}",
         *recipe.overrides,
+        *(cpu_overrides(recipe, checkpoint_dir) if recipe.device == "cpu" else ()),
     ]
+
+
+def cpu_overrides(recipe: VerlRecipe, checkpoint_dir: Path) -> list[str]:
+    """The CPU platform's overrides (tune_dfrl.trainers.verl.cpu) for a trial working in `checkpoint_dir`."""
+    from tune_dfrl.trainers.verl import cpu
+
+    return cpu.cpu_overrides(checkpoint_dir.resolve(), recipe.cpus_per_trial)
 
 
 def verl_config_dir() -> Path:

@@ -14,7 +14,9 @@ Hooks into `PPOTrainer` (verl/trainer/ppo/v1/trainer_base.py):
   policy weights times verl's own, if any) and `advantages`; synthetic padding rows
   (`is_padding` tags, verl/trainer/ppo/padding_utils.py) keep weight 1 and are not shown to
   the policy. Diagnostics go to the step's metrics under `policy/`, the realised per-domain
-  counts of the step's batch under `policy/mix/count/<domain>`.
+  counts of the step's batch under `policy/mix/count/<domain>`, the token means of verl's own
+  weights (`policy/verl_is_weight_mean`, when verl computes them) and of the weights written
+  (`policy/is_weight_mean`) over the real responses.
 """
 
 from __future__ import annotations
@@ -84,7 +86,11 @@ class DataPolicyTrainer(PPOTrainerSync):
         data = policy_input(stored, self.domain_column)
         real = np.fromiter((not tag.get("is_padding", False) for tag in batch.tags), dtype=bool, count=len(batch))
         subset = data.select_idxs(real)
+        tokens = subset.batch["response_mask"].bool()
+        if "rollout_is_weights" in present:
+            metrics["policy/verl_is_weight_mean"] = float(subset.batch["rollout_is_weights"][tokens].mean())
         metrics.update(self.data_policy.apply(subset, step=self.global_steps - 1))
+        metrics["policy/is_weight_mean"] = float(subset.batch["rollout_is_weights"][tokens].mean())
         if self.mixture_sampler is not None:
             counts = self.mixture_sampler.last_counts
             metrics.update({f"policy/mix/count/{d}": float(c) for d, c in zip(self.data_policy.domains, counts)})

@@ -1,0 +1,140 @@
+"""Real verl GRPO steps on CPU: `VerlBackend.run_trial` starts `python -m verl.trainer.main_ppo` with our
+plugin trainer (device cpu: cpu platform, HF rollout) on the embedded backend's base model, exported.
+
+Each run is 2 steps of 8 prompts x 4 responses, validation at step 2 on 4 items of each of the
+twelve benchmarks, verl's own token-level rollout importance weights switched on. Runs are
+started on first use and shared by the tests of this module (a run: ~30 processes, about a
+minute of start-up on an idle 2-core machine); with `-s`, each run prints one JSON line of
+figures (`run_figures`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+from tune_dfrl.backend import ArmSpec
+from tune_dfrl.trainers.embedded.base import BaseRecipe, ensure_base_model
+from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS
+from tune_dfrl.trainers.verl.backend import VerlBackend
+from tune_dfrl.trainers.verl.export import export_model, export_tasks, rows, write_parquet
+from tune_dfrl.trainers.verl.recipe import default_recipe
+
+pytestmark = pytest.mark.timeout(3600)
+
+SEED = 1
+STEPS = 2
+VAL_ITEMS = 4
+BASE_STEPS = 150  # a briefly warmed-up base model: some groups solved, some not
+ARMS = {
+    "control": ArmSpec("baseline", {}, "control", "control"),
+    "control_again": ArmSpec("baseline", {}, "control", "control"),
+    "band": ArmSpec("difffilter", {"low": 0.3, "high": 0.7}, "band", "difffilter 0.3-0.7"),
+    "softmax": ArmSpec("softmax", {"temperature": 0.5}, "softmax", "softmax T=0.5"),
+    "mix": ArmSpec("static", {"proportions": [0.5, 0.25, 0.25]}, "mix", "static 2:1:1"),
+}
+
+
+def run_figures(trial: Path) -> dict:
+    """The child's start-up (`run_trial` writes it to verl_runs.jsonl) and verl's seconds per step
+    (`timing_s/step`, validation excluded) and per validation (`timing_s/testing`)."""
+    steps = [json.loads(line)["data"] for line in (trial / "verl_metrics.jsonl").read_text().splitlines()]
+    return {"startup_s": [round(json.loads(line)["startup_s"], 1) for line in (trial / "verl_runs.jsonl").open()],
+            "step_s": [round(s["timing_s/step"], 2) for s in steps],
+            "validation_s": [round(s["timing_s/testing"], 2) for s in steps if "timing_s/testing" in s]}
+
+
+class Runs:
+    """(milestones, verl metrics records by step) of each arm in `ARMS`, run on first request."""
+
+    def __init__(self, root: Path, backend: VerlBackend):
+        self.root, self.backend, self.done = root, backend, {}
+
+    def __call__(self, name: str) -> tuple[list, dict[int, dict]]:
+        if name not in self.done:
+            milestones: list = []
+            trial = self.root / name
+            started = time.monotonic()
+            self.backend.run_trial(ARMS[name], SEED, milestones.append, trial)
+            print(json.dumps({"arm": name, "wall_s": round(time.monotonic() - started, 1), **run_figures(trial)}))
+            lines = (trial / "verl_metrics.jsonl").read_text().splitlines()
+            records = {r["step"]: r["data"] for r in map(json.loads, lines)}
+            self.done[name] = milestones, records
+        return self.done[name]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, embedded_cache) -> Runs:
+    root = tmp_path_factory.mktemp("verl_cpu_run")
+    model = export_model(ensure_base_model(BaseRecipe(steps=BASE_STEPS), embedded_cache), root / "model")
+    train, _ = export_tasks(root / "data", per_domain=32)
+    val = write_parquet([r for b in BENCHMARKS for r in rows(b.items()[:VAL_ITEMS], data_source=b.name)],
+                        root / "data" / "val_small.parquet")
+    recipe = default_recipe(
+        model_path=str(model), train_files=[str(train)], val_files=[str(val)], device="cpu", gpus_per_trial=1,
+        cpus_per_trial=2, rollout_n=4, train_batch_size=8, max_prompt_length=48, max_response_length=8,
+        steps=STEPS, milestone_every=STEPS, lr=1e-4,
+        benchmarks=[{"data_source": b.name, "domain": b.domain, "items": VAL_ITEMS} for b in BENCHMARKS],
+        overrides=["algorithm.rollout_correction.rollout_is=token"],
+    )
+    return Runs(root, VerlBackend(recipe))
+
+
+def test_grpo_steps_with_validation_milestones(runs):
+    milestones, records = runs("control")
+    assert sorted(records) == [1, 2]
+    assert [m.step for m in milestones] == [STEPS]
+    assert set(milestones[0].accuracy) == {b.name for b in BENCHMARKS}
+    assert any(key.startswith("val-core/") for key in records[STEPS])
+    for step in (1, 2):
+        assert records[step]["actor/grad_norm"] > 0 and math.isfinite(records[step]["actor/pg_loss"])
+        assert 0 < records[step]["critic/score/mean"] < 1  # solved and unsolved responses
+        assert records[step]["training/rollout_probs_diff_max"] < 0.05  # rollout log-probs = the actor's
+
+
+def test_narrow_difficulty_band_drops_responses_and_changes_the_loss(runs):
+    control, band = runs("control")[1][1], runs("band")[1][1]
+    assert band["critic/score/mean"] == control["critic/score/mean"]  # same seed, same weights: same rollouts
+    assert control["policy/kept_fraction"] == 1.0 and band["policy/kept_fraction"] < 1.0
+    assert band["actor/pg_loss"] != control["actor/pg_loss"]
+
+
+def test_reweighter_weights_multiply_verls_own(runs):
+    control, softmax = runs("control")[1][1], runs("softmax")[1][1]
+    verl_weights = control["policy/verl_is_weight_mean"]
+    assert verl_weights != 1.0 and math.isclose(softmax["policy/verl_is_weight_mean"], verl_weights, rel_tol=1e-6)
+    assert control["policy/is_weight_mean"] == verl_weights  # baseline's weights are 1: verl's pass unchanged
+    assert softmax["policy/weight_std"] > 0
+    assert not math.isclose(softmax["policy/is_weight_mean"], verl_weights, rel_tol=1e-3)
+
+
+def test_mixer_batches_follow_its_proportions(runs):
+    _, records = runs("mix")
+    for step in (1, 2):
+        counts = [records[step][f"policy/mix/count/{d}"] for d in ("logic", "math", "science")]  # sorted domains
+        assert counts == [4.0, 2.0, 2.0]  # 0.5 : 0.25 : 0.25 of 8 prompts
+
+
+def test_same_arm_and_seed_give_the_same_metrics_up_to_row_order(runs):
+    """The rollout server seeds the k-th request of a prompt with k, in arrival order; verl's agent
+    loop sends a group's n identical requests concurrently, so which row of a group gets which
+    sample varies between runs (docs/readme_verl.md, "verl on CPU: the plugin"). Step 1 then has
+    the same samples and rewards; sums over rows in another order differ in the last bits (bf16 in
+    the actor's log-probs: up to ~1e-2 relative in the rollout-vs-actor diagnostics), which can
+    move later losses, samples and milestones slightly. Bounded here."""
+    (first_milestones, first), (second_milestones, second) = runs("control"), runs("control_again")
+    for a, b in zip(first_milestones, second_milestones, strict=True):
+        assert all(abs(a.accuracy[name] - b.accuracy[name]) <= 100 / VAL_ITEMS for name in a.accuracy)
+    rewards = [k for k in first[1] if k.startswith(("critic/score/", "response_length/"))]
+    assert rewards and {k: first[1][k] for k in rewards} == {k: second[1][k] for k in rewards}
+    assert math.isclose(first[1]["actor/pg_loss"], second[1]["actor/pg_loss"], rel_tol=1e-3)
+    for step in first:
+        assert abs(first[step]["critic/score/mean"] - second[step]["critic/score/mean"]) <= 2 / 32
+        assert math.isclose(first[step]["actor/grad_norm"], second[step]["actor/grad_norm"], rel_tol=1e-2)
+        assert math.isclose(first[step]["actor/entropy"], second[step]["actor/entropy"], rel_tol=5e-2)
+        # GRPO's loss is a near-zero sum of positive and negative advantages: bounded absolutely
+        assert abs(first[step]["actor/pg_loss"] - second[step]["actor/pg_loss"]) <= 2e-3

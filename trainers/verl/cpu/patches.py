@@ -1,0 +1,146 @@
+"""The changes verl 0.9.1 needs beyond a platform to train on CPU, each applied right after verl
+imports the module it changes (`plugin.after_import`), each checked against what 0.9.1 ships.
+
+- `verl.utils.distributed.initialize_global_process_group_ray` builds the default process-group
+  backend as "cpu:gloo,{device}:{backend}", which on device "cpu" reads "cpu:gloo,cpu:gloo" and
+  torch rejects ("Duplicate device type cpu"). Replaced, process-wide, by a wrapper whose
+  default is "cpu:gloo". It takes effect because plugins load inside `import verl`, before
+  `verl.workers.engine_workers` imports the function by name.
+- verl registers its FSDP training engines (`verl.workers.engine.fsdp.transformer_impl`) for
+  devices "cuda" and "npu" only; they are registered for "cpu" too (`EngineRegistry.register`).
+  FSDP2 (`fully_shard`) runs on CPU with gloo.
+- rollout engine `ROLLOUT_NAME` (rollout.py): its worker-side adapter enters
+  `verl.workers.rollout.base._ROLLOUT_REGISTRY` (a module dict: verl has no public call) and its
+  replica `RolloutReplicaRegistry.register` (public), loaded only when verl asks for it.
+
+`check_pinned()` imports every target and raises `PinnedSymbolError` if one is not what these
+changes assume; the same checks run before each change is applied.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from types import ModuleType
+from typing import Any
+
+from ..plugin import CPU_PLATFORM, after_import
+from . import ROLLOUT_NAME
+
+DISTRIBUTED = "verl.utils.distributed"
+FSDP_ENGINES = "verl.workers.engine.fsdp.transformer_impl"
+DEFAULT_BACKEND_SOURCE = 'backend = backend or f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"'
+CPU_BACKEND = "cpu:gloo"
+ENGINE_CLASSES = {"language_model": "FSDPEngineWithLMHead", "value_model": "FSDPEngineWithValueHead"}
+ENGINE_BACKENDS = ("fsdp", "fsdp2")
+ROLLOUT_BASE = "verl.workers.rollout.base"
+ROLLOUT_REPLICA = "verl.workers.rollout.replica"
+ADAPTER = "tune_dfrl.trainers.verl.cpu.rollout.HFServerAdapter"
+
+
+class PinnedSymbolError(RuntimeError):
+    """A verl symbol that the CPU support changes differs from verl 0.9.1's."""
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise PinnedSymbolError(f"verl CPU support (pinned to verl 0.9.1): {message}")
+
+
+def check_distributed(module: ModuleType) -> None:
+    function = getattr(module, "initialize_global_process_group_ray", None)
+    _require(callable(function), f"{DISTRIBUTED}.initialize_global_process_group_ray is missing")
+    source = inspect.getsource(getattr(function, "__wrapped__", function))
+    _require(DEFAULT_BACKEND_SOURCE in source,
+             f"{DISTRIBUTED}.initialize_global_process_group_ray no longer contains `{DEFAULT_BACKEND_SOURCE}`")
+    _require(list(inspect.signature(function).parameters) == ["timeout_second", "backend"],
+             f"{DISTRIBUTED}.initialize_global_process_group_ray has parameters "
+             f"{list(inspect.signature(function).parameters)}; expected ['timeout_second', 'backend']")
+
+
+def patch_distributed(module: ModuleType) -> None:
+    check_distributed(module)
+    original = module.initialize_global_process_group_ray
+    if getattr(original, "__wrapped__", None) is not None:
+        return
+
+    @functools.wraps(original)
+    def initialize_global_process_group_ray(timeout_second: Any = None, backend: str | None = None) -> None:
+        return original(timeout_second=timeout_second, backend=backend or CPU_BACKEND)
+
+    module.initialize_global_process_group_ray = initialize_global_process_group_ray
+
+
+def check_engines(module: ModuleType) -> None:
+    from verl.workers.engine.base import EngineRegistry
+
+    for model_type, name in ENGINE_CLASSES.items():
+        engine = getattr(module, name, None)
+        _require(engine is not None, f"{FSDP_ENGINES}.{name} is missing")
+        for backend in ENGINE_BACKENDS:
+            registered = EngineRegistry._engines.get(model_type, {}).get(backend, {})
+            _require(registered.get("cuda") is engine,
+                     f"EngineRegistry[{model_type!r}][{backend!r}]['cuda'] is not {name}")
+            _require(registered.get(CPU_PLATFORM) in (None, engine),
+                     f"EngineRegistry[{model_type!r}][{backend!r}] has another engine for device 'cpu'")
+
+
+def register_engines(module: ModuleType) -> None:
+    from verl.workers.engine.base import EngineRegistry
+
+    check_engines(module)
+    for model_type, name in ENGINE_CLASSES.items():
+        missing = [b for b in ENGINE_BACKENDS if CPU_PLATFORM not in EngineRegistry._engines[model_type][b]]
+        if missing:
+            EngineRegistry.register(model_type=model_type, backend=missing, device=CPU_PLATFORM)(getattr(module, name))
+
+
+def check_rollout_base(module: ModuleType) -> None:
+    registry = getattr(module, "_ROLLOUT_REGISTRY", None)
+    _require(isinstance(registry, dict) and ("vllm", "async") in registry,
+             f"{ROLLOUT_BASE}._ROLLOUT_REGISTRY is not a dict keyed by (name, mode)")
+    abstract = set(module.BaseRollout.__abstractmethods__)
+    _require(abstract == {"resume", "update_weights", "release"},
+             f"{ROLLOUT_BASE}.BaseRollout's abstract methods are {sorted(abstract)}")
+
+
+def register_rollout_adapter(module: ModuleType) -> None:
+    check_rollout_base(module)
+    module._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = ADAPTER
+
+
+def check_rollout_replica(module: ModuleType) -> None:
+    _require(callable(getattr(getattr(module, "RolloutReplicaRegistry", None), "register", None)),
+             f"{ROLLOUT_REPLICA}.RolloutReplicaRegistry.register is missing")
+    abstract = set(module.RolloutReplica.__abstractmethods__)
+    _require(abstract == {"launch_servers"}, f"{ROLLOUT_REPLICA}.RolloutReplica's abstract methods are {sorted(abstract)}")
+    fields = set(module.TokenOutput.model_fields)
+    _require({"token_ids", "log_probs", "stop_reason", "extra_fields"} <= fields,
+             f"{ROLLOUT_REPLICA}.TokenOutput has fields {sorted(fields)}")
+
+
+def _load_replica() -> type:
+    from .rollout import HFReplica
+
+    return HFReplica
+
+
+def register_rollout_replica(module: ModuleType) -> None:
+    check_rollout_replica(module)
+    module.RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
+
+
+def install() -> None:
+    after_import(DISTRIBUTED, patch_distributed)
+    after_import(FSDP_ENGINES, register_engines)
+    after_import(ROLLOUT_BASE, register_rollout_adapter)
+    after_import(ROLLOUT_REPLICA, register_rollout_replica)
+
+
+def check_pinned() -> None:
+    """Import every symbol changed here and check it is verl 0.9.1's (no change is applied)."""
+    check_distributed(importlib.import_module(DISTRIBUTED))
+    check_engines(importlib.import_module(FSDP_ENGINES))
+    check_rollout_base(importlib.import_module(ROLLOUT_BASE))
+    check_rollout_replica(importlib.import_module(ROLLOUT_REPLICA))
