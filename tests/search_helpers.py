@@ -30,6 +30,7 @@ BENCHMARKS = [BenchmarkInfo("arith", "math", 40), BenchmarkInfo("bool", "logic",
 class SyntheticBackend:
     recipe: dict[str, Any]
     name: str = "synthetic"
+    binary_rewards: bool = False
     slope: float = 20.0
     sleep_s: float = 0.02
     calibration_ok: bool = True

@@ -73,6 +73,7 @@ class Backend(Protocol):
 
     name: str
     recipe: dict[str, Any]  # the full recipe (defaults plus overrides), JSON-able; part of every arm id
+    binary_rewards: bool  # every reward is 0 or 1 (exact-match verifiers): arms are canonicalised with it
 
     def benchmarks(self) -> list[BenchmarkInfo]: ...
 

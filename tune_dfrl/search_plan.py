@@ -154,7 +154,7 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
     if settings.metric not in aggregations:
         raise SearchError(f"metric={settings.metric!r}: allowed (aggregations the backend reports): {', '.join(aggregations)}")
 
-    make_arm = ArmFactory(int(recipe["rollout_n"]), recipe_hash(recipe), binary_rewards=backend_name == "embedded")
+    make_arm = ArmFactory(int(recipe["rollout_n"]), recipe_hash(recipe), binary_rewards=backend.binary_rewards)
     control = make_arm({"method": space.control_method, "params": space.control_params})
     with backend_errors(backend_name, "validate the arms"):
         for suggestion in [{"method": space.control_method, "params": space.control_params}, *space.default_suggestions()]:

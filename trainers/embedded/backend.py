@@ -33,6 +33,7 @@ class EmbeddedBackend:
     """
 
     name = "embedded"
+    binary_rewards = True  # exact-match verifiers
 
     def __init__(self, recipe: Mapping[str, Any] | None = None):
         self.config = EmbeddedRecipe.from_dict(dict(recipe or {}))

@@ -39,6 +39,7 @@ class VerlBackend:
     """Trains (arm, seed) with verl 0.9.1 and the arm's data policy, under `recipe` (the `backend/verl.yaml` node)."""
 
     name = "verl"
+    binary_rewards = False  # a recipe's reward function may give partial credit
 
     def __init__(self, recipe: Mapping[str, Any]):
         self.recipe = dict(recipe)
