@@ -43,7 +43,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats
 
-from tune_dfrl.stats import negligible, sign_flip_floor
+from tune_dfrl.stats import negligible, paired_interval, sign_flip_floor
 
 NODES = 801  # Simpson nodes over each continuation region (odd)
 
@@ -151,23 +151,22 @@ class ArmState:
 
 
 def t_stats(deltas: np.ndarray) -> tuple[float, float, float]:
-    """(mean, standard error, two-sided p of mean = 0) of paired deltas.
+    """(mean, sd, two-sided p of mean = 0) of paired deltas.
 
-    A difference of zero variance (the same shift on every seed, up to `stats.negligible`) has se 0
-    and the p-value of the exact sign-flip test, 2^(1-n) with n seeds: as strong as n signs allow.
+    A difference without spread (`stats.negligible`: the same shift on every seed) has sd 0 and the
+    p-value of the exact sign-flip test, 2^(1-n) with n seeds: as strong as n signs allow.
     """
     n = deltas.size
-    mean = float(deltas.mean())
-    se = float(deltas.std(ddof=1)) / math.sqrt(n)
-    if negligible(se, mean):
+    mean, sd = float(deltas.mean()), float(deltas.std(ddof=1))
+    if negligible(sd, mean):
         return mean, 0.0, 1.0 if negligible(mean) else float(sign_flip_floor(n))
-    return mean, se, float(2.0 * stats.t.sf(abs(mean) / se, n - 1))
+    return mean, sd, float(2.0 * stats.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
 
 
-def t_bounds(mean: float, se: float, n: int, two_sided_p: float) -> tuple[float, float]:
-    """The (1 - p) two-sided paired t interval."""
-    half = float(stats.t.isf(two_sided_p / 2.0, n - 1)) * se
-    return mean - half, mean + half
+def bounds(mean: float, sd: float, n: int, two_sided_p: float) -> tuple[float, float]:
+    """The (1 - p) paired interval of `stats.paired_interval` (t, or the inverted sign-flip test without spread)."""
+    low, high = paired_interval(mean, sd, n, 1.0 - two_sided_p)
+    return float(low), float(high)
 
 
 def look(deltas: Mapping[str, Sequence[float]], previous: Mapping[str, ArmState], rule: SequentialRule,
@@ -198,9 +197,9 @@ def look(deltas: Mapping[str, Sequence[float]], previous: Mapping[str, ArmState]
         for arm in unsettled:
             for j in range(1, current + 1):
                 values = np.asarray(deltas[arm][: counts[j - 1]], dtype=np.float64)
-                mean, se, p = t_stats(values)
+                mean, sd, p = t_stats(values)
                 if p < levels[j - 1]:
-                    low, high = t_bounds(mean, se, values.size, common_p[j - 1])
+                    low, high = bounds(mean, sd, values.size, common_p[j - 1])
                     newly[arm] = ArmState("better" if mean > 0 else "worse", values.size, j, mean, low, high)
                     break
         if not newly:
@@ -210,9 +209,9 @@ def look(deltas: Mapping[str, Sequence[float]], previous: Mapping[str, ArmState]
     best_low = max((s.low for s in states.values() if s.status == "better"), default=-math.inf)
     for arm in unsettled:
         values = np.asarray(deltas[arm][: counts[current - 1]], dtype=np.float64)
-        mean, se, _ = t_stats(values)
-        low, high = t_bounds(mean, se, values.size, common_p[current - 1])
-        upper = mean + float(stats.t.ppf(rule.futility_confidence, values.size - 1)) * se
+        mean, sd, _ = t_stats(values)
+        low, high = bounds(mean, sd, values.size, common_p[current - 1])
+        upper = mean + float(stats.t.ppf(rule.futility_confidence, values.size - 1)) * sd / math.sqrt(values.size)
         futile = current < len(counts) and (upper < rule.futility_margin or upper < best_low)
         states[arm] = ArmState("futile" if futile else "open", values.size, current, mean, low, high)
     return states
