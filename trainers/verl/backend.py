@@ -10,7 +10,8 @@ child also gets `tune_dfrl.trainers.verl.cpu.cpu_env`. Files of a trial, all in 
     milestones.jsonl      the milestones the search received (one flat JSON per line, written when `report` returned)
     verl_runs.jsonl       per start of the child: {"first_step", "startup_s"}, the seconds from starting it
                           to its first metrics record less that step's `timing_s/step` and `timing_s/testing`
-                          (process start, private Ray, workers, model and checkpoint loading)
+                          (process start, private Ray, workers, model and checkpoint loading; for a
+                          start that validates first, that validation too)
     verl/                 verl's checkpoints (trainer.default_local_dir; resumed automatically)
 
 A rerun of the same trial reports only milestones after the last one in `milestones.jsonl` (none
