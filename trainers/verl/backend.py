@@ -21,7 +21,8 @@ then verl's, resuming from its last checkpoint, step c. verl saves a milestone's
 it validates and logs that step (`PPOTrainer.fit`: save, validate, log), so c can be a milestone
 the search never got; that start then validates before training (`trainer.val_before_train=true`),
 which logs milestone c from the checkpoint at step c. No step is trained twice. On `device: cpu`
-the private Ray's temporary folder (`cpu.ray_temp_dir`) is removed when the child has ended.
+the private Ray's temporary folder (`cpu.ray_temp_dir`) is removed whenever `run_trial` ends, so
+also the one a killed start left.
 """
 
 from __future__ import annotations
@@ -71,8 +72,17 @@ class VerlBackend:
         return {"cpu": self.config.cpus_per_trial, "gpu": self.config.gpus_per_trial if self.config.device == "cuda" else 0}
 
     def run_trial(self, arm: ArmSpec, seed: int, report: Callable[[Milestone], None], checkpoint_dir: Path) -> None:
-        recipe = self.config
         checkpoint_dir = Path(checkpoint_dir).resolve()
+        try:
+            self._train(arm, seed, report, checkpoint_dir)
+        finally:  # also the folder of a start killed before it could remove it
+            if self.config.device == "cpu":
+                from tune_dfrl.trainers.verl.cpu import ray_temp_dir
+
+                shutil.rmtree(ray_temp_dir(checkpoint_dir), ignore_errors=True)
+
+    def _train(self, arm: ArmSpec, seed: int, report: Callable[[Milestone], None], checkpoint_dir: Path) -> None:
+        recipe = self.config
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         received = checkpoint_dir / "milestones.jsonl"
         metrics_path = checkpoint_dir / "verl_metrics.jsonl"
@@ -110,21 +120,17 @@ class VerlBackend:
         metrics_path.unlink(missing_ok=True)  # verl rewrites it from the start
         env = child_env(metrics_path)
         if recipe.device == "cpu":
-            from tune_dfrl.trainers.verl.cpu import cpu_env, ray_temp_dir
+            from tune_dfrl.trainers.verl.cpu import cpu_env
 
             env.update(cpu_env(checkpoint_dir))
-        try:
-            run_child(
-                [*(recipe.command or VERL_MAIN), *build_overrides(recipe, arm, seed, checkpoint_dir, validate_first)],
-                env,
-                work_dir=checkpoint_dir,
-                metrics_path=metrics_path,
-                log_path=checkpoint_dir / "verl.log",
-                on_record=on_record,
-            )
-        finally:
-            if recipe.device == "cpu":
-                shutil.rmtree(ray_temp_dir(checkpoint_dir), ignore_errors=True)
+        run_child(
+            [*(recipe.command or VERL_MAIN), *build_overrides(recipe, arm, seed, checkpoint_dir, validate_first)],
+            env,
+            work_dir=checkpoint_dir,
+            metrics_path=metrics_path,
+            log_path=checkpoint_dir / "verl.log",
+            on_record=on_record,
+        )
         if last != recipe.steps:
             raise VerlRunError(f"verl finished without the final milestone at step {recipe.steps} (last: {last}); "
                                f"see {checkpoint_dir / 'verl.log'}")
