@@ -79,7 +79,8 @@ def timings(out: Path) -> dict[str, float]:
     `startup_s` in the cell's verl_runs.jsonl, trainers/verl/backend.py), over all cells of the search."""
     cells = sorted((out / "cells").glob("*/seed*/checkpoint"))
     steps = [r["data"]["timing_s/step"] for cell in cells
-             for r in map(json.loads, (cell / "verl_metrics.jsonl").read_text().splitlines())]
+             for r in map(json.loads, (cell / "verl_metrics.jsonl").read_text().splitlines())
+             if "timing_s/step" in r["data"]]  # not a resumed start's validation before training
     startup = [r["startup_s"] for cell in cells for r in map(json.loads, (cell / "verl_runs.jsonl").read_text().splitlines())]
     return {"trials": len(cells), "steps": len(steps), "seconds_per_step": statistics.mean(steps),
             "seconds_per_step_max": max(steps), "trial_startup_s": statistics.mean(startup),

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from tune_dfrl.backend import ArmSpec
 from tune_dfrl.trainers.embedded.base import BaseRecipe, ensure_base_model
 from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS
 from tune_dfrl.trainers.verl.backend import VerlBackend
+from tune_dfrl.trainers.verl.cpu import ray_temp_dir
 from tune_dfrl.trainers.verl.export import export_model, export_tasks, rows, write_parquet
 from tune_dfrl.trainers.verl.recipe import default_recipe
 
@@ -86,6 +89,8 @@ def runs(tmp_path_factory, embedded_cache) -> Runs:
 
 def test_grpo_steps_with_validation_milestones(runs):
     milestones, records = runs("control")
+    ray_folder = ray_temp_dir(runs.root / "control")  # the trial path is too long for Ray's sockets: in /tmp
+    assert ray_folder.parent == Path(tempfile.gettempdir()) and not ray_folder.exists()  # removed at the end
     assert sorted(records) == [1, 2]
     assert [m.step for m in milestones] == [STEPS]
     assert set(milestones[0].accuracy) == {b.name for b in BENCHMARKS}
@@ -94,6 +99,20 @@ def test_grpo_steps_with_validation_milestones(runs):
         assert records[step]["actor/grad_norm"] > 0 and math.isfinite(records[step]["actor/pg_loss"])
         assert 0 < records[step]["critic/score/mean"] < 1  # solved and unsolved responses
         assert records[step]["training/rollout_probs_diff_max"] < 0.05  # rollout log-probs = the actor's
+
+
+def test_a_checkpointed_milestone_the_search_never_got_is_validated_from_the_checkpoint(runs):
+    """As if the trial died between verl's checkpoint of the final step and its validation: a copy of the
+    control's trial without its milestones and log. The rerun validates the checkpoint and trains nothing."""
+    (milestones, _), trial = runs("control"), runs.root / "control_killed"
+    shutil.copytree(runs.root / "control", trial, ignore=shutil.ignore_patterns("milestones.jsonl", "verl_metrics.jsonl"))
+    again: list = []
+    runs.backend.run_trial(ARMS["control"], SEED, again.append, trial)
+    assert [m.step for m in again] == [STEPS] and again[0].train == {}
+    assert all(abs(again[0].accuracy[k] - milestones[0].accuracy[k]) <= 100 / VAL_ITEMS for k in again[0].accuracy)
+    logged = [json.loads(line) for line in (trial / "verl_metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged] == [STEPS] and "timing_s/step" not in logged[0]["data"]  # validation only
+    assert not ray_temp_dir(trial).exists()
 
 
 def test_narrow_difficulty_band_drops_responses_and_changes_the_loss(runs):

@@ -131,6 +131,47 @@ def test_run_trial_reports_milestones_and_leaves_no_process(recipe, tmp_path):
     assert len(reported) == 2 and not (tmp_path / "ckpt" / "stand_in.json").exists()
 
 
+def logged(trial_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (trial_dir / "verl_metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_rerun_reports_the_milestone_checkpointed_but_never_logged(recipe, tmp_path):
+    """verl saves a milestone's checkpoint before it validates and logs that step: killed in between,
+    the rerun validates the checkpoint first, then trains on, no step twice."""
+    arm, reported = ArmSpec("baseline", {}, "arm0", "baseline"), []
+    with pytest.raises(VerlRunError, match="exited with code 137"):
+        stand_in(recipe, "--exit-after-checkpoint", "2").run_trial(arm, 0, reported.append, tmp_path / "ckpt")
+    assert reported == [] and (tmp_path / "ckpt" / "verl" / "global_step_2").is_dir()
+
+    stand_in(recipe).run_trial(arm, 0, reported.append, tmp_path / "ckpt")
+    assert [m.step for m in reported] == [2, 4]
+    assert reported[0].accuracy == pytest.approx({b["name"]: 100 * accuracy(2, 4, 1.0, i, "arm0", 0)
+                                                  for i, b in enumerate(BENCHMARKS)})
+    records = logged(tmp_path / "ckpt")
+    assert [r["step"] for r in records if "timing_s/step" in r["data"]] == [3, 4]  # trained after the checkpoint only
+    assert records[0]["step"] == 2 and "timing_s/step" not in records[0]["data"]  # validation before training
+
+
+def test_a_rerun_reports_the_milestones_logged_after_the_trial_died(recipe, tmp_path):
+    """The trial process dies at milestone 2 while verl runs on to its final milestone: the rerun
+    reports both from verl's log of that start, without starting verl again."""
+    arm, reported = ArmSpec("baseline", {}, "arm0", "baseline"), []
+
+    def die_at_first_milestone(milestone: Milestone) -> None:
+        deadline = time.monotonic() + 30
+        while len(logged(tmp_path / "ckpt")) < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        raise RuntimeError("the trial process died")
+
+    with pytest.raises(RuntimeError, match="the trial process died"):
+        stand_in(recipe).run_trial(arm, 0, die_at_first_milestone, tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "stand_in.json").unlink()
+    stand_in(recipe).run_trial(arm, 0, reported.append, tmp_path / "ckpt")
+    assert [m.step for m in reported] == [2, 4]
+    assert reported[1].train == pytest.approx({"critic/score/mean": 0.35, "policy/kept_fraction": 0.5})  # steps 3, 4
+    assert not (tmp_path / "ckpt" / "stand_in.json").exists()
+
+
 def group_members(pgid: int) -> list[int]:
     members = []
     for entry in Path("/proc").iterdir():

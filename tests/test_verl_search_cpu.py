@@ -1,24 +1,34 @@
 """Real verl on CPU through the search CLI: `verl.trainer.main_ppo` children running our plugin trainer.
 
-One run, shared by the tests (a verl CPU trial takes one to four minutes to start and ~4.5 GB; one
-at a time): benchmarks/verl_cpu_e2e.py's search, i.e. `python -m tune_dfrl.search space=difffilter_band
-backend=verl backend.device=cpu ...` on the exported tiny model and tasks: the control + 2 difffilter
-arms x 2 seeds x 2 steps, a milestone (verl validation) every step.
+Two runs, shared by the tests (a verl CPU trial takes one to four minutes to start and ~4.5 GB; one
+at a time):
+
+- `searched`: benchmarks/verl_cpu_e2e.py's search, i.e. `python -m tune_dfrl.search space=difffilter_band
+  backend=verl backend.device=cpu ...` on the exported tiny model and tasks: the control + 2 difffilter
+  arms x 2 seeds x 2 steps, a milestone (verl validation) every step;
+- `resumed`: the same search with 1 arm, its control taken from the first search's control cache (only
+  the arm's 2 trials train), its driver killed with SIGKILL once a trial has checkpointed step 1 and
+  not finished, then the same command with resume=true.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
 
-from reliability_helpers import records
+from reliability_helpers import records, search_command, short_tmp, start, stop, wait_for
 from tune_dfrl.trainers.embedded.base import BaseRecipe, ensure_base_model
+from tune_dfrl.trainers.verl.cpu import ray_temp_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("verl_cpu_e2e", ROOT / "benchmarks" / "verl_cpu_e2e.py")
@@ -37,6 +47,23 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, ProcessLookupError):
         return False
+
+
+def descendants(root: int) -> set[int]:
+    """`root` and every live process below it (by parent pid)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError):
+                continue
+    found, frontier = {root}, [root]
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier and pid not in found]
+        found.update(children)
+        frontier = children
+    return {pid for pid in found if alive(pid)}
 
 
 def supervisors(out: Path) -> list[int]:
@@ -59,8 +86,12 @@ def cells(out: Path) -> dict[Cell, list[dict]]:
     return grouped
 
 
+def trial_dir(out: Path, cell: Cell) -> Path:
+    return out / "cells" / cell[0] / f"seed{cell[1]}" / "checkpoint"
+
+
 def verl_records(out: Path, cell: Cell) -> list[dict]:
-    return records(out / "cells" / cell[0] / f"seed{cell[1]}" / "checkpoint" / "verl_metrics.jsonl")
+    return records(trial_dir(out, cell) / "verl_metrics.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -119,5 +150,112 @@ def test_mlflow_holds_parent_and_child_runs(searched) -> None:
     assert all(child.data.tags["mlflow.parentRunId"] in parents for child in children)
 
 
-def test_no_verl_process_outlives_the_search(searched) -> None:
-    assert supervisors(searched[0]) == []
+def test_no_verl_process_or_private_ray_folder_outlives_the_search(searched) -> None:
+    out = searched[0]
+    assert supervisors(out) == []
+    assert [cell for cell in cells(out) if ray_temp_dir(trial_dir(out, cell)).exists()] == []
+
+
+@dataclass(frozen=True)
+class Resumed:
+    out: Path
+    cell: Cell  # the cell whose trial the kill interrupted
+    checkpoint: int  # verl's last checkpointed step of that cell when its processes were gone
+    killed_records: list[dict]  # what that cell's killed verl run logged
+    starts: int  # verl starts of that cell before the resume (lines of its verl_runs.jsonl)
+    log_at_kill: int  # the size of its verl.log then
+    tree: set[int]  # the killed trial's verl processes (supervisor, main_ppo, its Ray) at the kill
+    left: set[int]  # those still alive 60 s after the kill
+
+
+@pytest.fixture(scope="module")
+def resumed(searched, files, control_cache, tmp_path_factory) -> Resumed:
+    root = tmp_path_factory.mktemp("verl_cpu_resume")
+    out, ray_tmp = root / "out", short_tmp("rt-verl-")
+    command = search_command(*e2e.search_args(files, "cpu", 1, SEEDS, STEPS, out, control_cache))
+    env = {**e2e.search_env(), "RAY_TMPDIR": str(ray_tmp)}
+    driver = start(command, cwd=root, env=env, log=root / "interrupted.log")
+    try:
+        def checkpointed() -> Cell | None:
+            for cell, rows in cells(out).items():
+                if not rows[-1]["final"] and (trial_dir(out, cell) / "verl" / "latest_checkpointed_iteration.txt").exists():
+                    return cell
+            return None
+
+        wait_for(lambda: driver.poll() is not None or checkpointed() is not None, 1800, "a checkpointed, unfinished trial")
+        cell = checkpointed()
+        tree = set().union(*(descendants(pid) for pid in supervisors(out)))
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+    finally:
+        stop(driver, marker=str(ray_tmp), sig=signal.SIGKILL)  # the driver's own Ray cluster and trial workers
+    assert driver.returncode == -signal.SIGKILL and cell is not None, (root / "interrupted.log").read_text()[-3000:]
+    try:
+        wait_for(lambda: not any(alive(pid) for pid in tree), 60, "the killed trial's verl processes to end")
+    except TimeoutError:
+        pass
+    left = {pid for pid in tree if alive(pid)}
+    checkpoint = int((trial_dir(out, cell) / "verl" / "latest_checkpointed_iteration.txt").read_text())
+    killed_records = verl_records(out, cell)
+    starts = len(records(trial_dir(out, cell) / "verl_runs.jsonl"))
+    log_at_kill = (trial_dir(out, cell) / "verl.log").stat().st_size
+
+    resume = start([*command, "resume=true"], cwd=root, env=env, log=root / "resumed.log")
+    try:
+        resume.wait(timeout=2400)
+    finally:
+        stop(resume, marker=str(ray_tmp))
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert resume.returncode == 0, (root / "resumed.log").read_text()[-3000:]
+    return Resumed(out, cell, checkpoint, killed_records, starts, log_at_kill, tree, left)
+
+
+def trained_steps(logged: list[dict]) -> list[int]:
+    return [r["step"] for r in logged if "timing_s/step" in r["data"]]
+
+
+def test_the_killed_trials_processes_ended_with_it(resumed: Resumed) -> None:
+    assert len(resumed.tree) >= 3 and resumed.left == set()  # supervisor, main_ppo and its Ray at least
+
+
+def test_the_trial_continued_from_verls_checkpoint_without_training_a_step_twice(resumed: Resumed) -> None:
+    assert 1 <= resumed.checkpoint <= STEPS
+    killed = trained_steps(resumed.killed_records)
+    assert killed and max(killed) <= resumed.checkpoint  # every step it logged was checkpointed (milestone_every=1)
+    trial = trial_dir(resumed.out, resumed.cell)
+    logged = verl_records(resumed.out, resumed.cell)
+    if len(records(trial / "verl_runs.jsonl")) == resumed.starts:  # not started again: the killed run logged the rest
+        assert logged == resumed.killed_records and resumed.checkpoint == STEPS
+        return
+    assert trained_steps(logged) == list(range(resumed.checkpoint + 1, STEPS + 1))
+    assert [r["step"] for r in logged if "timing_s/step" not in r["data"]] in ([], [resumed.checkpoint])  # validated first
+    with (trial / "verl.log").open("rb") as log:
+        log.seek(resumed.log_at_kill)
+        assert f"global_step_{resumed.checkpoint}".encode() in log.read()  # the resumed start loaded that checkpoint
+
+
+def test_every_milestone_reached_the_search_once(resumed: Resumed) -> None:
+    lines = records(resumed.out / "results.jsonl")
+    assert len({(r["arm_id"], r["seed"], r["step"]) for r in lines}) == len(lines)
+    assert all([r["step"] for r in rows] == list(range(1, STEPS + 1)) for rows in cells(resumed.out).values())
+    assert (resumed.out / "summary.json").exists()
+
+
+def test_no_private_ray_folder_is_left(resumed: Resumed) -> None:
+    """The killed trial left its private Ray's temporary folder; its resumed start removed it."""
+    assert [cell for cell in cells(resumed.out) if ray_temp_dir(trial_dir(resumed.out, cell)).exists()] == []
+
+
+def test_the_same_arm_and_seed_give_the_same_milestones(searched, resumed: Resumed) -> None:
+    """The arm cell of the resumed search that the kill did not touch trained the same (arm, seed) as the first
+    search (same recipe and searcher seed: the same first arm); its control cells replayed the cache.
+
+    verl on CPU is not bit-for-bit deterministic (docs/readme_verl.md, "verl on CPU: the plugin"): the same
+    arm and seed agree within one validation item per benchmark and 2 of the 32 rewards of a step."""
+    first, again = cells(searched[0]), cells(resumed.out)
+    common = [cell for cell in again if cell in first and cell != resumed.cell and not again[cell][0]["replayed"]]
+    assert common
+    for cell in common:
+        for a, b in zip(again[cell], first[cell], strict=True):
+            assert all(abs(a["accuracy"][k] - b["accuracy"][k]) <= 100 / e2e.VAL_ITEMS for k in a["accuracy"]), cell
+            assert abs(a["train"]["critic/score/mean"] - b["train"]["critic/score/mean"]) <= 2 / 32, cell

@@ -10,11 +10,18 @@ on the i-th validation data_source (sorted) at step s is
 strength = the arm's `temperature` (1 when it has none), u a fixed offset in [0, 0.01) per
 (arm id, `data.seed`), so that paired deltas of a search vary over seeds.
 
+Checkpoints as verl 0.9.1's `PPOTrainer.fit` makes and uses them: at every `trainer.save_freq`-th
+step and the last, before that step's validation and log line, `global_step_<s>/` and
+`latest_checkpointed_iteration.txt` in `trainer.default_local_dir`; a start resumes after the
+step named there and, with `trainer.val_before_train=true`, first logs validation metrics alone
+at that step.
+
 Like verl, it leaves a long-lived process of its own behind (a stand-in for its Ray instance);
 its pids, the environment and the overrides go to `stand_in.json` next to the metrics file.
 
 Options before the overrides: --step-seconds S (sleep per step), --crash-after K (after step K
-print a traceback and exit 3).
+print a traceback and exit 3), --exit-after-checkpoint K (exit 137, as if killed, right after
+saving step K's checkpoint).
 
 `write_model(path)` writes the model directory the stand-in's recipes name: verl's checks load its
 tokenizer and chat template; the stand-in never loads weights.
@@ -56,9 +63,13 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--step-seconds", type=float, default=0.0)
     parser.add_argument("--crash-after", type=int, default=0)
+    parser.add_argument("--exit-after-checkpoint", type=int, default=0)
     options, raw = parser.parse_known_args()
     overrides = {o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(raw)}
     steps, every = int(overrides["trainer.total_training_steps"]), int(overrides["trainer.test_freq"])
+    save_every, checkpoints = int(overrides["trainer.save_freq"]), Path(overrides["trainer.default_local_dir"])
+    tracker = checkpoints / "latest_checkpointed_iteration.txt"
+    resumed = int(tracker.read_text()) if tracker.exists() else 0
     policy = json.loads(overrides["tune_dfrl.policy"])
     strength, arm_id, seed = float(policy["params"].get("temperature", 1.0)), policy["arm_id"], int(overrides["data.seed"])
     sources = sorted({s for f in overrides["data.val_files"] for s in pq.read_table(f).column("data_source").to_pylist()})
@@ -70,16 +81,29 @@ def main() -> int:
                                                                           "HF_HUB_OFFLINE", "RAY_ADDRESS")}}
     metrics_path.with_name("stand_in.json").write_text(json.dumps(info))
     print(f"stand-in verl: {steps} steps, validation every {every}", flush=True)
+
+    def validation(step: int) -> dict[str, float]:
+        data = {}
+        for i, source in enumerate(sources):
+            data[f"val-core/{source}/acc/mean@1"] = accuracy(step, steps, strength, i, arm_id, seed)
+            data[f"val-aux/{source}/length_chars/mean@1"] = 10.0 + i
+            data[f"val-aux/{source}/format_fail/mean@1"] = 0.05
+        return data
+
     with metrics_path.open("wb", buffering=0) as log:
-        for step in range(1, steps + 1):
+        if overrides["trainer.val_before_train"]:
+            log.write(json.dumps({"step": resumed, "data": validation(resumed)}).encode() + b"\n")
+        for step in range(resumed + 1, steps + 1):
             time.sleep(options.step_seconds)
             data: dict[str, float] = {"critic/score/mean": 0.1 * step, "policy/kept_fraction": 0.5,
                                       "timing_s/step": options.step_seconds}
+            if step % save_every == 0 or step == steps:
+                (checkpoints / f"global_step_{step}").mkdir(parents=True, exist_ok=True)
+                tracker.write_text(str(step))
+                if step == options.exit_after_checkpoint:
+                    return 137
             if step % every == 0 or step == steps:
-                for i, source in enumerate(sources):
-                    data[f"val-core/{source}/acc/mean@1"] = accuracy(step, steps, strength, i, arm_id, seed)
-                    data[f"val-aux/{source}/length_chars/mean@1"] = 10.0 + i
-                    data[f"val-aux/{source}/format_fail/mean@1"] = 0.05
+                data |= validation(step)
             log.write(json.dumps({"step": step, "data": data}).encode() + b"\n")
             if options.crash_after and step >= options.crash_after:
                 print("Traceback (most recent call last):\nRuntimeError: stand-in CUDA out of memory", file=sys.stderr)

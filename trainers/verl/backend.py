@@ -7,19 +7,28 @@ child also gets `tune_dfrl.trainers.verl.cpu.cpu_env`. Files of a trial, all in 
 
     verl.log              the child's stdout and stderr
     verl_metrics.jsonl    verl's file logger (VERL_FILE_LOGGER_PATH)
-    milestones.jsonl      the milestones reported so far (one flat JSON per line)
+    milestones.jsonl      the milestones the search received (one flat JSON per line, written when `report` returned)
     verl_runs.jsonl       per start of the child: {"first_step", "startup_s"}, the seconds from starting it
                           to its first metrics record less that step's `timing_s/step` and `timing_s/testing`
-                          (process start, private Ray, workers, model and checkpoint loading)
+                          (process start, private Ray, workers, model and checkpoint loading; for a
+                          start that validates first, that validation too)
     verl/                 verl's checkpoints (trainer.default_local_dir; resumed automatically)
 
-A rerun of the same trial resumes from verl's last checkpoint and reports only milestones after
-the last one in `milestones.jsonl` (none at all when the trial already reached `steps`).
+A rerun of the same trial reports only milestones after the last one in `milestones.jsonl` (none
+at all when the trial already reached `steps`): first those the previous start's
+`verl_metrics.jsonl` holds (verl logged them, the trial process died before the search got them),
+then verl's, resuming from its last checkpoint, step c. verl saves a milestone's checkpoint before
+it validates and logs that step (`PPOTrainer.fit`: save, validate, log), so c can be a milestone
+the search never got; that start then validates before training (`trainer.val_before_train=true`),
+which logs milestone c from the checkpoint at step c. No step is trained twice. On `device: cpu`
+the private Ray's temporary folder (`cpu.ray_temp_dir`) is removed whenever `run_trial` ends, so
+also the one a killed start left.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -29,7 +38,7 @@ from typing import Any
 from tune_dfrl.backend import ArmSpec, BenchmarkInfo, CalibrationResult, Milestone
 
 from . import checks
-from .launcher import MilestoneReader, VerlRunError, child_env, run_child
+from .launcher import JsonlTail, MilestoneReader, VerlRunError, child_env, run_child
 from .recipe import VerlRecipe, build_overrides
 
 VERL_MAIN = (sys.executable, "-m", "verl.trainer.main_ppo")
@@ -63,18 +72,41 @@ class VerlBackend:
         return {"cpu": self.config.cpus_per_trial, "gpu": self.config.gpus_per_trial if self.config.device == "cuda" else 0}
 
     def run_trial(self, arm: ArmSpec, seed: int, report: Callable[[Milestone], None], checkpoint_dir: Path) -> None:
-        recipe = self.config
         checkpoint_dir = Path(checkpoint_dir).resolve()
+        try:
+            self._train(arm, seed, report, checkpoint_dir)
+        finally:  # also the folder of a start killed before it could remove it
+            if self.config.device == "cpu":
+                from tune_dfrl.trainers.verl.cpu import ray_temp_dir
+
+                shutil.rmtree(ray_temp_dir(checkpoint_dir), ignore_errors=True)
+
+    def _train(self, arm: ArmSpec, seed: int, report: Callable[[Milestone], None], checkpoint_dir: Path) -> None:
+        recipe = self.config
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        reported = checkpoint_dir / "milestones.jsonl"
-        done = last_reported_step(reported)
-        if done >= recipe.steps:
+        received = checkpoint_dir / "milestones.jsonl"
+        metrics_path = checkpoint_dir / "verl_metrics.jsonl"
+        last = last_received_step(received)
+
+        def deliver(milestone: Milestone) -> None:
+            nonlocal last
+            if milestone.step <= last:
+                return
+            report(milestone)
+            with received.open("a") as handle:  # after `report` returned: the search has it
+                handle.write(json.dumps(milestone.flat()) + "\n")
+            last = milestone.step
+
+        for milestone in read_milestones(recipe, metrics_path):  # the previous start's, never delivered
+            deliver(milestone)
+        if last >= recipe.steps:
             return
+        validate_first = verl_checkpoint_step(checkpoint_dir / "verl") > last
         reader = MilestoneReader(recipe.benchmark_sources(), recipe.benchmark_set())
-        last, started, first_seen = done, time.monotonic(), False
+        started, first_seen = time.monotonic(), False
 
         def on_record(record: dict[str, Any]) -> None:
-            nonlocal last, first_seen
+            nonlocal first_seen
             if not first_seen:
                 first_seen = True
                 step_s = sum(float(record["data"].get(f"timing_s/{t}", 0.0)) for t in ("step", "testing"))
@@ -82,22 +114,17 @@ class VerlBackend:
                     handle.write(json.dumps({"first_step": int(record["step"]),
                                              "startup_s": time.monotonic() - started - step_s}) + "\n")
             milestone = reader.read(record)
-            if milestone is None or milestone.step <= last:
-                return
-            with reported.open("a") as handle:
-                handle.write(json.dumps(milestone.flat()) + "\n")
-            last = milestone.step
-            report(milestone)
+            if milestone is not None:
+                deliver(milestone)
 
-        metrics_path = checkpoint_dir / "verl_metrics.jsonl"
-        metrics_path.unlink(missing_ok=True)  # verl rewrites it from the start; never read a previous run's
+        metrics_path.unlink(missing_ok=True)  # verl rewrites it from the start
         env = child_env(metrics_path)
         if recipe.device == "cpu":
             from tune_dfrl.trainers.verl.cpu import cpu_env
 
             env.update(cpu_env(checkpoint_dir))
         run_child(
-            [*(recipe.command or VERL_MAIN), *build_overrides(recipe, arm, seed, checkpoint_dir)],
+            [*(recipe.command or VERL_MAIN), *build_overrides(recipe, arm, seed, checkpoint_dir, validate_first)],
             env,
             work_dir=checkpoint_dir,
             metrics_path=metrics_path,
@@ -109,9 +136,25 @@ class VerlBackend:
                                f"see {checkpoint_dir / 'verl.log'}")
 
 
-def last_reported_step(path: Path) -> int:
+def last_received_step(path: Path) -> int:
     """The step of the last milestone in `milestones.jsonl` (0 when there is none)."""
     if not path.exists():
         return 0
     lines = path.read_text().splitlines()
     return int(json.loads(lines[-1])["step"]) if lines else 0
+
+
+def read_milestones(recipe: VerlRecipe, metrics_path: Path) -> list[Milestone]:
+    """The milestones in a verl metrics file (complete lines only)."""
+    reader = MilestoneReader(recipe.benchmark_sources(), recipe.benchmark_set())
+    return [m for record in JsonlTail(metrics_path).records() if (m := reader.read(record)) is not None]
+
+
+def verl_checkpoint_step(verl_dir: Path) -> int:
+    """The step verl resumes from in `verl_dir` (0: none), as verl's `find_latest_ckpt_path` finds it:
+    `latest_checkpointed_iteration.txt`, when its `global_step_<n>` folder exists."""
+    tracker = verl_dir / "latest_checkpointed_iteration.txt"
+    if not tracker.exists():
+        return 0
+    step = int(tracker.read_text())
+    return step if (verl_dir / f"global_step_{step}").is_dir() else 0

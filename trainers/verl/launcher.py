@@ -20,7 +20,6 @@ import json
 import math
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -36,9 +35,9 @@ from tune_dfrl.backend import Milestone
 from tune_dfrl.scores import BenchmarkSet
 
 from .recipe import BenchmarkSource
+from .supervise import end_group, signal_group
 
 POLL_S = 0.5
-GRACE_S = 10.0
 LOG_TAIL_LINES = 40
 TRAIN_METRICS = ("policy/", "critic/score/mean", "response_length/mean", "actor/entropy", "actor/pg_loss",
                  "actor/kl_loss", "actor/grad_norm")
@@ -94,24 +93,15 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def end_process_group(process: subprocess.Popen, grace_s: float = GRACE_S) -> None:
-    """SIGTERM the child's process group, give it `grace_s` to exit, SIGKILL what is left."""
-    if signal_group(process.pid, signal.SIGTERM):
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and signal_group(process.pid, 0):
-            process.poll()  # reap the leader, or it stays in the group as a zombie
-            time.sleep(0.1)
-        signal_group(process.pid, signal.SIGKILL)
+def end_process_group(process: subprocess.Popen) -> None:
+    """End the child's process group (`supervise.end_group`) and reap the child."""
+
+    def alive() -> bool:
+        process.poll()  # reap the leader, or it stays in the group as a zombie
+        return signal_group(process.pid, 0)
+
+    end_group(process.pid, alive)
     process.wait()
-
-
-def signal_group(pgid: int, sig: int) -> bool:
-    """Send `sig` to process group `pgid`; False when the group no longer exists."""
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except ProcessLookupError:
-        return False
 
 
 def run_child(

@@ -9,8 +9,9 @@ with verl's own config (`verl/trainer/config/ppo_trainer.yaml`) and, in order:
   `trainer.v1.trainer_mode=tune_dfrl` (see `trainer.py`);
 - the seed, fanned out to `data.seed`, `actor_rollout_ref.actor.data_loader_seed` and
   `actor_rollout_ref.rollout.seed`;
-- milestones: `trainer.test_freq` = `trainer.save_freq` = `milestone_every`, no validation before
-  training, checkpoints (one kept) in the trial's checkpoint folder, resumed automatically;
+- milestones: `trainer.test_freq` = `trainer.save_freq` = `milestone_every`, checkpoints (one kept)
+  in the trial's checkpoint folder, resumed automatically; validation before training only when
+  asked (`validate_first`: a resumed run whose checkpoint's milestone the search lacks, backend.py);
 - logging: `trainer.logger=[console,file]` (the launcher points `VERL_FILE_LOGGER_PATH` into the
   trial folder), no wandb, no hub;
 - a private Ray instance per trial: `+ray_kwargs.ray_init.address=local`;
@@ -237,7 +238,8 @@ def policy_json(arm: ArmSpec) -> str:
     return json.dumps({"method": arm.method, "params": arm.params, "arm_id": arm.arm_id}, sort_keys=True)
 
 
-def build_overrides(recipe: VerlRecipe, arm: ArmSpec, seed: int, checkpoint_dir: Path) -> list[str]:
+def build_overrides(recipe: VerlRecipe, arm: ArmSpec, seed: int, checkpoint_dir: Path,
+                    validate_first: bool = False) -> list[str]:
     """verl Hydra overrides for (arm, seed) under `recipe` (see the module docstring)."""
     return [
         "algorithm.adv_estimator=grpo",
@@ -266,7 +268,7 @@ def build_overrides(recipe: VerlRecipe, arm: ArmSpec, seed: int, checkpoint_dir:
         f"trainer.total_epochs={MAX_EPOCHS}",
         f"trainer.test_freq={recipe.milestone_every}",
         f"trainer.save_freq={recipe.milestone_every}",
-        "trainer.val_before_train=false",
+        f"trainer.val_before_train={str(validate_first).lower()}",
         "trainer.max_actor_ckpt_to_keep=1",
         "trainer.resume_mode=auto",
         f"trainer.default_local_dir={hydra_quote(str(checkpoint_dir.resolve() / 'verl'))}",

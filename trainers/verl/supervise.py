@@ -27,14 +27,27 @@ GRACE_S = 10.0
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def end_group(others_alive: Callable[[], bool]) -> None:
-    """SIGTERM the group (not this process), wait up to GRACE_S while `others_alive()`, then SIGKILL the group."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    os.killpg(os.getpgrp(), signal.SIGTERM)
+def end_group(pgid: int, alive: Callable[[], bool]) -> None:
+    """SIGTERM process group `pgid`, wait up to `GRACE_S` while `alive()`, then SIGKILL the group.
+
+    The one way a verl run's group is ended (here and in launcher.py). A group that no longer
+    exists is no error; a caller inside the group blocks SIGTERM first.
+    """
+    if not signal_group(pgid, signal.SIGTERM):
+        return
     deadline = time.monotonic() + GRACE_S
-    while others_alive() and time.monotonic() < deadline:
+    while alive() and time.monotonic() < deadline:
         time.sleep(0.1)
-    os.killpg(os.getpgrp(), signal.SIGKILL)
+    signal_group(pgid, signal.SIGKILL)
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send `sig` to process group `pgid`; False when the group no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def group_members() -> list[int]:
@@ -59,7 +72,7 @@ def guard(supervisor: int) -> int:
     if os.getppid() != supervisor:  # the supervisor died before the death signal was set
         os.kill(os.getpid(), signal.SIGTERM)
     signal.sigwait({signal.SIGTERM})
-    end_group(lambda: bool(group_members()))
+    end_group(os.getpgrp(), lambda: bool(group_members()))
     return 0
 
 
@@ -77,7 +90,8 @@ def main(argv: list[str]) -> int:
             return code if code >= 0 else 128 - code
         except subprocess.TimeoutExpired:
             if os.getppid() != parent:
-                end_group(lambda: child.poll() is None)
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+                end_group(os.getpgrp(), lambda: child.poll() is None)
 
 
 if __name__ == "__main__":
