@@ -112,7 +112,8 @@ class RungBook:
 
     def _unpaired(self, arm: str, rung: int) -> ArmDecision:
         """Stop an arm that has no seed left to pair with the control (its or the control's trials all failed)."""
-        failed = {who: sorted(self.ledger.seeds_ended(of, FAILED)) for who, of in (("this arm", arm), ("the control", self.control))}
+        failed = {who: sorted(self.ledger.seeds_ended(of, FAILED))
+                  for who, of in (("this arm", arm), ("the control", self.control))}
         which = "; ".join(f"{who} failed at seeds {seeds}" for who, seeds in failed.items() if seeds)
         decided = ArmDecision(arm, rung, (), RungDecision(False, f"no seed left to pair with the control ({which})", None))
         self.decisions[(arm, rung)] = decided
