@@ -1,12 +1,21 @@
 """PairedLedger: one duplicate rule, paired deltas over common seeds, the interval of stats.paired_interval."""
 
+import io
+import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from scipy import stats as sps
 
 from tune_dfrl.ledger import FAILED, FINISHED, STOPPED, PairedLedger, estimate_of
+from tune_dfrl.progress import Progress
+from tune_dfrl.report import analyze
+from tune_dfrl.results import ResultsLog, append_record, milestone_record, read_records
+from tune_dfrl.rungs import RungRule
+from tune_dfrl.scheduler import RungBook
+from tune_dfrl.scores import load_results
 
 
 def _ledger() -> PairedLedger:
@@ -62,3 +71,48 @@ def test_ends_are_checked_and_can_be_reopened():
     with pytest.raises(ValueError, match="finished | stopped | failed"):
         ledger.end("a", 0, "done")
     assert ledger.arms() == ["c", "a"]
+
+
+# -- every consumer reads through the one duplicate rule ------------------------------------------------------------
+
+
+def test_a_repeated_milestone_keeps_its_first_score_in_every_consumer(tmp_path):
+    """A resumed trial re-reports milestones with other values: the results log, the scheduler's book, the progress
+    leader and the report (reading a log that holds the repeats) all keep the first score."""
+    seeds, steps = (0, 1, 2), (10, 20)
+    first = {("c", s, t): 40.0 + s + t / 10 for s in seeds for t in steps}
+    first |= {("a", s, t): first[("c", s, t)] + 1.0 + 0.5 * s for s in seeds for t in steps}  # deltas 1, 1.5, 2
+    again = {("a", 0, t): 90.0 for t in steps}  # seed 0 of arm a, reported again with other values
+
+    def result(arm, seed, step, score):
+        trial = SimpleNamespace(config={"arm": {"arm_id": arm, "label": arm, "method": "m", "params": {}}, "seed": seed},
+                                local_path="/tmp/t")
+        trial.last_result = {"step": step, "final": step == steps[-1], "threads": 1, "score/db": score, "acc/b": score}
+        return trial, trial.last_result
+
+    stream = [(*key, score) for key, score in first.items()] + [(*key, score) for key, score in again.items()]
+    log = ResultsLog(tmp_path / "results.jsonl", tmp_path / "failures.jsonl", "score/db")
+    book = RungBook(RungRule(mode="race"), rungs=[10], control="c", seeds=seeds)
+    progress = Progress("c", "score/db", total_cells=6, last_step=steps[-1], stream=io.StringIO())
+    for arm, seed, step, score in stream:
+        trial, res = result(arm, seed, step, score)
+        log.on_trial_result(0, [], trial, res)
+        book.observe(arm, seed, step, score)
+        if res["final"]:
+            progress.on_trial_complete(0, [], trial)
+    written = read_records(tmp_path / "results.jsonl")
+    assert len(written) == len(first)
+    assert {(r["arm_id"], r["seed"], r["step"]): r["accuracy"]["b"] for r in written} == first
+    assert book.ledger.paired_deltas("a", 10) == {0: 1.0, 1: 1.5, 2: 2.0}
+    assert progress.leader().mean == pytest.approx(1.5)
+
+    # A log written before the rule holds the repeats after the first lines: the report uses the first.
+    for (arm, seed, step), score in again.items():
+        trial, res = result(arm, seed, step, score)
+        append_record(tmp_path / "results.jsonl", milestone_record(trial.config["arm"], seed, res))
+    (tmp_path / "benchmarks.json").write_text(json.dumps([{"name": "b", "domain": "math", "items": 100}]))
+    table = load_results(tmp_path)
+    assert any("2 milestone(s) reported more than once" in note for note in table.notes)
+    summary = analyze(table, "c", ["db"], flip_k=1)
+    assert summary["arms"]["a"]["db"]["delta"] == pytest.approx(1.5)
+    assert {p["step"]: p["delta"] for p in summary["curves"]["a"]} == pytest.approx({10: 1.5, 20: 1.5})

@@ -160,7 +160,8 @@ def test_a_torn_last_line_is_cut_with_a_note_and_appends_start_on_a_fresh_line(t
 def test_a_callback_that_cannot_write_is_reported_once_and_never_raises(tmp_path: Path, capsys) -> None:
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
-    guarded = Guarded(ResultsLog(a_file / "results.jsonl", a_file / "failures.jsonl"), "writing results.jsonl", "goes on")
+    guarded = Guarded(ResultsLog(a_file / "results.jsonl", a_file / "failures.jsonl", "score/db"), "writing results.jsonl",
+                      "goes on")
     arm = {"arm_id": "0123", "label": "baseline", "method": "baseline", "params": {}}
     trial = SimpleNamespace(config={"arm": arm, "seed": 0})
     result = {"step": 5, "final": False, "threads": 1, "score/db": 1.0}

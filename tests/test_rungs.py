@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from scipy import stats
 
-from tune_dfrl.rungs import RungRule, decide, paired_interval
-
-T_90_DF2 = 1.8856180831641267  # t quantile 0.90, 2 degrees of freedom (tables: 1.886)
-T_90_DF1 = 3.0776835371752536  # t quantile 0.90, 1 degree of freedom (tables: 3.078)
+from tune_dfrl.rungs import RungRule, decide
 
 ASHA = RungRule(mode="paired_asha", eta=3.0, confidence=0.8, min_seeds=2)
 RACE = RungRule(mode="race", confidence=0.8, min_seeds=2)
@@ -19,18 +14,22 @@ def shifted(base: dict[int, float], by: float) -> dict[int, float]:
     return {seed: value + by for seed, value in base.items()}
 
 
-LEADER = {0: 5.0, 1: 3.0, 2: 7.0}
-# Six arms with means 5, 4, 3, 2, 1, 0; each differs from the leader by a constant per seed (sd 0).
+LEADER = {0: 5.0, 1: 3.0, 2: 7.0, 3: 5.0}
+# Six arms with means 5, 4, 3, 2, 1, 0; each differs from the leader by a constant per seed (sd 0), over 4 seeds:
+# the exact sign-flip test then reaches 2^-3 = 0.125 < 0.2, so a constant gap is credible at 80%.
 SIX = {name: shifted(LEADER, -gap) for name, gap in zip("abcdef", range(6))}
 
 
-def test_paired_interval_hand_computed():
-    # e = [-2, -3, -4]: mean -3, sd 1, half = 1.8856 / sqrt(3) = 1.0887.
-    low, high = paired_interval(np.array([-2.0, -3.0, -4.0]), 0.8)
-    assert low == pytest.approx(-3 - T_90_DF2 / np.sqrt(3))
-    assert high == pytest.approx(-3 + T_90_DF2 / np.sqrt(3))
-    ref = stats.ttest_1samp([-2.0, -3.0, -4.0], 0.0).confidence_interval(0.8)
-    assert (low, high) == pytest.approx((ref.low, ref.high))
+def test_without_spread_the_exact_sign_flip_test_decides():
+    # candidate - leader = -1 at every seed: the t-interval is undefined (sd 0). The inverted exact sign-flip test
+    # gives the point {-1} when its smallest two-sided p, 2^(1-m), is below 1 - confidence = 0.2: at m = 4 seeds
+    # (0.125) the arm is credibly worse; at m = 3 (0.25) no pattern of 3 seeds can show it at 80%, so it is kept.
+    four = {"lead": {s: 1.0 for s in range(4)}, "worse": {s: 0.0 for s in range(4)}}
+    decision = decide("worse", four, RACE)
+    assert not decision.keep and "over 4 seeds [-1, -1]" in decision.reason
+    three = {arm: {s: v for s, v in by_seed.items() if s < 3} for arm, by_seed in four.items()}
+    decision = decide("worse", three, RACE)
+    assert decision.keep and "over 3 seeds [-inf, inf]" in decision.reason
 
 
 def test_top_one_over_eta_is_promoted_even_when_credibly_worse():
@@ -40,7 +39,7 @@ def test_top_one_over_eta_is_promoted_even_when_credibly_worse():
     assert "rank 2 of 6" in decision.reason
     # c is rank 3: outside the top 2 and 2 points below the leader at every seed -> stopped.
     assert not decide("c", SIX, ASHA).keep
-    # race has no promotion: b is credibly worse (interval [-1, -1]) -> stopped.
+    # race has no promotion: b is credibly worse (sign-flip interval [-1, -1] over 4 seeds) -> stopped.
     assert not decide("b", SIX, RACE).keep
     # eta = 2 -> top 3, c is kept.
     assert decide("c", SIX, RungRule(eta=2.0)).keep
@@ -91,8 +90,8 @@ def test_ties_are_broken_by_arm_id_whatever_the_order():
     for arms in ({"b": values, "a": dict(values)}, {"a": values, "b": dict(values)}):
         assert decide("b", arms, RACE).leader == "a"
         assert "leader" in decide("a", arms, RACE).reason
-    # equal means, b sorts after a: with eta=3 and n=2 only "a" is in the top, and the
-    # interval of b - a is [0, 0], which contains 0 -> kept by the overlap rule.
+    # equal means, b sorts after a: with eta=3 and n=2 only "a" is in the top, and b - a is 0 at both seeds:
+    # the sign-flip interval over 2 seeds is unbounded, which contains 0 -> kept by the overlap rule.
     assert decide("b", {"b": values, "a": dict(values)}, ASHA).keep
 
 
@@ -105,9 +104,12 @@ def test_missing_seeds_use_the_common_seeds():
     decision = decide("cand", {"lead": leader, "cand": candidate}, RACE)
     assert decision.keep and decision.leader == "lead"
     assert "over 2 seeds [-2.56, 2.06]" in decision.reason
-    # Same seeds, but the candidate is 4 below the leader at both common seeds -> stop.
-    candidate = {3: -3.0, 4: -2.0, 5: 0.0}
-    assert not decide("cand", {"lead": leader, "cand": candidate}, RACE).keep
+    # Same seeds, candidate - leader = [-4, -3.5]: mean -3.75, sd 0.354, half = 3.0777 * 0.25 = 0.769
+    # -> [-4.52, -2.98] -> stop. (Exactly -4 at both seeds has no spread: 2 seeds cannot show it by the
+    # sign-flip test, whose smallest p is 2^(1-2) = 0.5.)
+    candidate = {3: -3.0, 4: -1.5, 5: 0.0}
+    decision = decide("cand", {"lead": leader, "cand": candidate}, RACE)
+    assert not decision.keep and "over 2 seeds [-4.52, -2.98]" in decision.reason
 
 
 def test_single_arm_at_the_rung_is_kept():

@@ -87,5 +87,6 @@ class ControlCacheWriter(Callback):
         final = bool((trial.last_result or {}).get("final", False))
         if trial.config["arm"]["arm_id"] != self.control_id or not final or self.cache.get(seed) is not None:
             return
-        by_step = {r["step"]: r for r in read_records(self.results) if r["arm_id"] == self.control_id and r["seed"] == seed}
+        records = reversed(read_records(self.results))  # reversed: a repeated milestone keeps its first line (the ledger's rule)
+        by_step = {r["step"]: r for r in records if r["arm_id"] == self.control_id and r["seed"] == seed}
         self.cache.put(seed, [by_step[step] for step in sorted(by_step)])

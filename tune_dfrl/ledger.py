@@ -40,9 +40,10 @@ class PairedEstimate:
 
 
 class PairedLedger:
-    """(arm, seed, step) -> score, and (arm, seed) -> how the cell ended; paired against `control`."""
+    """(arm, seed, step) -> score, and (arm, seed) -> how the cell ended; paired against `control`
+    (a ledger without a control holds scores and ends only: it has no paired deltas)."""
 
-    def __init__(self, control: str) -> None:
+    def __init__(self, control: str | None = None) -> None:
         self.control = control
         self._scores: dict[str, dict[int, dict[int, float]]] = {}  # arm -> seed -> step -> score
         self._ends: dict[str, dict[int, str]] = {}  # arm -> seed -> finished | stopped | failed
@@ -61,6 +62,7 @@ class PairedLedger:
         """The cell (arm, seed) ended `how` (finished | stopped | failed)."""
         if how not in ENDS:
             raise ValueError(f"a cell ends {' | '.join(ENDS)}; got {how!r}")
+        self._scores.setdefault(arm, {})  # the arm's place in `arms()`
         self._ends.setdefault(arm, {})[int(seed)] = how
 
     def reopen(self, arm: str, seed: int) -> None:
@@ -71,7 +73,7 @@ class PairedLedger:
 
     def arms(self) -> list[str]:
         """Arms with a score or an end, in order of first appearance."""
-        return list(dict.fromkeys([*self._scores, *self._ends]))
+        return list(self._scores)
 
     def scores(self, arm: str, step: int) -> dict[int, float]:
         """seed -> score(arm, seed, step), for the seeds that reached `step`."""

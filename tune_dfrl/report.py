@@ -29,11 +29,11 @@ import numpy as np
 import pandas as pd
 
 from tune_dfrl.aggregate import aggregate, aggregation_list, check_aggregations, default_aggregations, members
+from tune_dfrl.ledger import PairedLedger
 from tune_dfrl.render import print_summary, write_report
 from tune_dfrl.scores import BenchmarkSet, Runs, ScoreTable, load_csv, load_mlflow, load_results
 from tune_dfrl.stats import (
     BCA_COVERAGE_95,
-    paired_interval,
     paired_verdicts,
     power_figures,
     prob_best,
@@ -147,19 +147,24 @@ def _robustness(scores: _Scores, name: str, means: pd.Series, verdicts: dict[str
 
 
 def _curves(table: ScoreTable, name: str, control: str, arms: list[str], alpha: float) -> dict[str, list[dict]]:
-    """Paired delta vs step (primary aggregation) with the (1 - alpha) t-interval, at steps with >= 2 paired seeds."""
+    """Paired delta vs step (primary aggregation) with its (1 - alpha) interval (`PairedLedger.estimate`), at the
+    steps with >= 2 paired seeds."""
     if not table.has_steps or table.frame["step"].nunique() < 2:
         return {}
     runs = table.runs()
-    frame = runs.keys.assign(score=aggregate(runs.accuracy, name, table.bench, runs.length_chars))
-    base = frame[frame["arm"] == control][["seed", "step", "score"]].rename(columns={"score": "control"})
-    paired = frame[frame["arm"].isin(arms)].merge(base, on=["seed", "step"])
-    paired["d"] = paired["score"] - paired["control"]
-    g = paired.groupby(["arm", "step"])["d"].agg(["mean", "std", "count"]).reset_index()
-    g = g[g["count"] >= 2]
-    low, high = paired_interval(g["mean"].to_numpy(), g["std"].to_numpy(), g["count"].to_numpy(), 1 - alpha)
-    g = g.assign(ci_low=low, ci_high=high).rename(columns={"mean": "delta", "count": "n"})
-    return {arm: part[["step", "delta", "ci_low", "ci_high", "n"]].to_dict("records") for arm, part in g.groupby("arm")}
+    ledger = PairedLedger(control)
+    scores = aggregate(runs.accuracy, name, table.bench, runs.length_chars)
+    for (arm, seed, step), score in zip(runs.keys.itertuples(index=False), scores):
+        if np.isfinite(score):  # undefined (e.g. efficiency without characters): no point
+            ledger.record(arm, seed, step, score)
+    curves: dict[str, list[dict]] = {}
+    for arm in arms:
+        for step in sorted(table.frame["step"].unique()):
+            e = ledger.estimate(arm, int(step), 1 - alpha)
+            if len(e.seeds) >= 2:
+                curves.setdefault(arm, []).append({"step": e.step, "delta": e.mean, "ci_low": e.low, "ci_high": e.high,
+                                                   "n": len(e.seeds)})
+    return curves
 
 
 def _clean(value: Any) -> Any:

@@ -25,6 +25,8 @@ from typing import Any
 
 from ray.tune import Callback
 
+from tune_dfrl.ledger import PairedLedger
+
 # Prefix of a flat result key (`Milestone.flat`) -> field of the results line.
 RESULT_PREFIXES = {"acc/": "accuracy", "len/": "length_chars", "fmt_fail/": "format_failure",
                    "score/": "aggregates", "train/": "train"}
@@ -109,21 +111,22 @@ def write_records(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
 
 
 class ResultsLog(Callback):
-    """Appends every new milestone of every trial to `path`, and every failed cell to `failures`."""
+    """Appends every new milestone of every trial to `path` (the first report of a milestone, by the
+    `PairedLedger` rule, also across resumes), and every failed cell to `failures`."""
 
-    def __init__(self, path: Path, failures: Path, attempt: int = 0) -> None:
+    def __init__(self, path: Path, failures: Path, metric: str, attempt: int = 0) -> None:
         self.path = path
         self.failures = failures
+        self.metric = metric
         self.attempt = attempt
-        self._written = {(r["arm_id"], r["seed"], r["step"]) for r in read_records(path)}
+        self.ledger = PairedLedger()  # the milestones written, with their `metric`
+        for r in read_records(path):
+            self.ledger.record(r["arm_id"], r["seed"], r["step"], flat_result(r)[metric])
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         arm, seed = trial.config["arm"], int(trial.config["seed"])
-        key = (arm["arm_id"], seed, int(result["step"]))
-        if key in self._written:
-            return
-        self._written.add(key)
-        append_record(self.path, {**milestone_record(arm, seed, result), "attempt": self.attempt})
+        if self.ledger.record(arm["arm_id"], seed, int(result["step"]), result[self.metric]):
+            append_record(self.path, {**milestone_record(arm, seed, result), "attempt": self.attempt})
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         arm, seed = trial.config["arm"], int(trial.config["seed"])

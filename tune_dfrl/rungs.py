@@ -14,7 +14,9 @@ Definitions (n = arms at the rung, mean_a = mean of arm a's deltas over its own 
 - rank: position in the order (-mean_a, arm id); the leader has rank 0.
 - paired interval of (candidate - leader): over the seeds S both have,
   e_s = d[cand][s] - d[leader][s], m = |S|, interval = mean(e) +- t_{(1+c)/2, m-1} * sd(e) / sqrt(m)
-  with c = `confidence` and sd the sample standard deviation (ddof 1).
+  with c = `confidence` and sd the sample standard deviation (ddof 1); without spread (the same e_s
+  at every seed) the inverted exact sign-flip test: {mean(e)} when 2^(1-m) < 1 - c, else unbounded
+  (`stats.paired_interval`).
 - credibly worse: the interval lies entirely below 0.
 
 Rules (checked in order; the first that applies decides):
@@ -37,12 +39,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
-from scipy import stats
 
 from tune_dfrl.settings import PAIRED_SCHEDULERS, OneOf, SchedulerSettings, check_fields, checked
+from tune_dfrl.stats import paired_interval
 
 
 @dataclass(frozen=True)
@@ -78,20 +79,6 @@ class RungDecision:
     keep: bool
     reason: str  # human-readable, logged
     leader: str | None  # arm id of the rung leader (highest mean paired delta)
-
-
-@lru_cache(maxsize=256)
-def _t_quantile(confidence: float, df: int) -> float:
-    """Upper (1 + confidence) / 2 quantile of Student's t with `df` degrees of freedom."""
-    return float(stats.t.ppf(0.5 + confidence / 2.0, df))
-
-
-def paired_interval(diffs: np.ndarray, confidence: float) -> tuple[float, float]:
-    """Two-sided paired t-interval of mean(diffs) at level `confidence` (needs >= 2 values)."""
-    m = diffs.size
-    half = _t_quantile(confidence, m - 1) * float(diffs.std(ddof=1)) / math.sqrt(m)
-    centre = float(diffs.mean())
-    return centre - half, centre + half
 
 
 def _check_deltas(candidate: str, deltas: Mapping[str, Mapping[int, float]]) -> None:
@@ -133,7 +120,7 @@ def decide(candidate: str, deltas: Mapping[str, Mapping[int, float]], rule: Rung
             True, f"{len(common)} common seeds with leader {leader!r} < min_seeds={rule.min_seeds}", leader
         )
     diffs = np.array([deltas[candidate][s] - deltas[leader][s] for s in common], dtype=np.float64)
-    low, high = paired_interval(diffs, rule.confidence)
+    low, high = (float(end) for end in paired_interval(diffs.mean(), diffs.std(ddof=1), diffs.size, rule.confidence))
     interval = f"{rule.confidence:.0%} interval of (candidate - {leader!r}) over {len(common)} seeds [{low:.3g}, {high:.3g}]"
     if high < 0.0:
         return RungDecision(False, f"credibly worse than the leader: {interval}", leader)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
+from tune_dfrl.ledger import FAILED, PairedLedger
 from tune_dfrl.resume import save_atomically
 from tune_dfrl.rungs import RungDecision, RungRule, decide
 from tune_dfrl.settings import PAIRED_SCHEDULERS, SchedulerSettings
@@ -55,33 +56,25 @@ class ArmDecision:
 
 
 class RungBook:
-    """Pure per-arm rung bookkeeping (see the module docstring for the rules)."""
+    """Pure per-arm rung bookkeeping over a `PairedLedger` (see the module docstring for the rules)."""
 
     def __init__(self, rule: RungRule, rungs: Iterable[int], control: str, seeds: Iterable[int]) -> None:
         self.rule = rule
         self.rungs = tuple(sorted(rungs))
         self.control = control
         self.seeds = tuple(seeds)
-        self._scores: dict[tuple[str, int], dict[int, float]] = {}  # (arm, rung) -> seed -> score
-        self._failed: dict[str, set[int]] = {}  # arm -> seeds whose trial failed
-        self._arms: list[str] = []  # searched arms in order of first appearance
+        self.ledger = PairedLedger(control)  # scores (first of a milestone kept) and the failed cells
         self.decisions: dict[tuple[str, int], ArmDecision] = {}  # (arm, rung) -> decision
         self._decided_at: dict[int, list[str]] = {rung: [] for rung in self.rungs}  # rung -> arms, in order
 
     def observe(self, arm: str, seed: int, step: int, score: float) -> list[ArmDecision]:
-        """Record score(arm, seed, step); return the rung decisions this made possible.
-
-        A repeated (arm, seed, step) keeps its first score (a resumed trial may report a milestone twice).
-        """
-        self._register(arm)
-        if step in self._decided_at:
-            self._scores.setdefault((arm, step), {}).setdefault(seed, float(score))
+        """Record score(arm, seed, step); return the rung decisions this made possible."""
+        self.ledger.record(arm, seed, step, score)
         return self._decide_ready()
 
     def fail(self, arm: str, seed: int) -> list[ArmDecision]:
         """Leave (arm, seed) out from now on (its trial failed); return the decisions this made possible."""
-        self._register(arm)
-        self._failed.setdefault(arm, set()).add(seed)
+        self.ledger.end(arm, seed, FAILED)
         return self._decide_ready()
 
     def action(self, arm: str, step: int) -> str:
@@ -99,33 +92,28 @@ class RungBook:
         """The decision that stopped `arm`, or None while it runs."""
         return next((d for d in self.decisions.values() if d.arm == arm and not d.decision.keep), None)
 
-    def _register(self, arm: str) -> None:
-        if arm != self.control and arm not in self._arms:
-            self._arms.append(arm)
-
     def _seeds_for(self, arm: str) -> tuple[int, ...]:
-        left_out = self._failed.get(arm, set()) | self._failed.get(self.control, set())
+        left_out = self.ledger.seeds_ended(arm, FAILED) | self.ledger.seeds_ended(self.control, FAILED)
         return tuple(seed for seed in self.seeds if seed not in left_out)
 
     def _decide_ready(self) -> list[ArmDecision]:
         made: list[ArmDecision] = []
         for rung in self.rungs:
-            for arm in self._arms:
+            for arm in self.ledger.arms():
                 earlier_open = any((arm, earlier) not in self.decisions for earlier in self.rungs if earlier < rung)
-                if (arm, rung) in self.decisions or earlier_open or self.stopped(arm):
+                if arm == self.control or (arm, rung) in self.decisions or earlier_open or self.stopped(arm):
                     continue
                 seeds = self._seeds_for(arm)
-                mine = self._scores.get((arm, rung), {})
-                control = self._scores.get((self.control, rung), {})
                 if not seeds:
                     made.append(self._unpaired(arm, rung))
-                elif all(seed in mine and seed in control for seed in seeds):
-                    made.append(self._decide(arm, rung, seeds, mine, control))
+                elif len(self.ledger.paired_deltas(arm, rung, seeds)) == len(seeds):
+                    made.append(self._decide(arm, rung, seeds))
         return made
 
     def _unpaired(self, arm: str, rung: int) -> ArmDecision:
         """Stop an arm that has no seed left to pair with the control (its or the control's trials all failed)."""
-        failed = {"this arm": sorted(self._failed.get(arm, ())), "the control": sorted(self._failed.get(self.control, ()))}
+        failed = {who: sorted(self.ledger.seeds_ended(of, FAILED))
+                  for who, of in (("this arm", arm), ("the control", self.control))}
         which = "; ".join(f"{who} failed at seeds {seeds}" for who, seeds in failed.items() if seeds)
         decided = ArmDecision(arm, rung, (), RungDecision(False, f"no seed left to pair with the control ({which})", None))
         self.decisions[(arm, rung)] = decided
@@ -133,24 +121,22 @@ class RungBook:
 
     def retry_failed(self) -> None:
         """Forget the failed seeds and the decisions that had no seed to pair (a resume runs those cells again)."""
-        self._failed.clear()
+        for arm in self.ledger.arms():
+            for seed in self.ledger.seeds_ended(arm, FAILED):
+                self.ledger.reopen(arm, seed)
         self.decisions = {key: d for key, d in self.decisions.items() if d.seeds}
 
-    def _decide(
-        self, arm: str, rung: int, seeds: tuple[int, ...], mine: dict[int, float], control: dict[int, float]
-    ) -> ArmDecision:
-        table = {other: self._deltas(other, rung) for other in self._decided_at[rung]}
-        table[arm] = {seed: mine[seed] - control[seed] for seed in seeds}
-        table[self.control] = {seed: 0.0 for seed in control}
+    def _decide(self, arm: str, rung: int, seeds: tuple[int, ...]) -> ArmDecision:
+        """decide() on the paired deltas at `rung` of the arms decided there before (on their own seeds), `arm`, and
+        the control (0 at each of its seeds)."""
+        table = {other: self.ledger.paired_deltas(other, rung, self.decisions[(other, rung)].seeds)
+                 for other in self._decided_at[rung]}
+        table[arm] = self.ledger.paired_deltas(arm, rung, seeds)
+        table[self.control] = dict.fromkeys(self.ledger.scores(self.control, rung), 0.0)
         decided = ArmDecision(arm, rung, seeds, decide(arm, table, self.rule))
         self.decisions[(arm, rung)] = decided
         self._decided_at[rung].append(arm)
         return decided
-
-    def _deltas(self, arm: str, rung: int) -> dict[int, float]:
-        """The paired deltas an already decided arm was decided on."""
-        mine, control = self._scores[(arm, rung)], self._scores[(self.control, rung)]
-        return {seed: mine[seed] - control[seed] for seed in self.decisions[(arm, rung)].seeds}
 
 
 class PairedScheduler(TrialScheduler):

@@ -35,6 +35,7 @@ import pandas as pd
 import yaml
 
 from tune_dfrl.backend import BenchmarkInfo
+from tune_dfrl.ledger import PairedLedger
 
 BUILTIN_AGGREGATIONS = ("db", "macro", "item", "efficiency")
 DATAFLEX_BENCHMARKS = Path(__file__).with_name("benchmarks_dataflex.yaml")
@@ -371,29 +372,34 @@ def load_results(path: str | Path, bench: BenchmarkSet | None = None) -> ScoreTa
         if not meta.exists():
             raise FileNotFoundError(f"no benchmarks.json beside {file}; pass the benchmark metadata explicitly")
         bench = BenchmarkSet.from_file(meta)
-    records = []
+    ledgers: dict[str, PairedLedger] = {}  # benchmark -> accuracy(arm id, seed, step), first line of a milestone kept
+    rows, repeated = [], set()
     for number, line in enumerate(file.read_text().splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            r = json.loads(line)
         except json.JSONDecodeError as error:
             raise ValueError(f"{file} line {number}: not JSON ({error})") from None
-        missing = {"arm_id", "seed", "step", "accuracy"} - set(record)
+        missing = {"arm_id", "seed", "step", "accuracy"} - set(r)
         if missing:
             raise ValueError(f"{file} line {number}: lacks {sorted(missing)}; each line needs arm_id, seed, step, accuracy")
-        records.append(record)
-    if not records:
+        milestone = (str(r["arm_id"]), r["seed"], r["step"])
+        try:
+            new = {name: ledgers.setdefault(name, PairedLedger()).record(*milestone, score) for name, score in r["accuracy"].items()}
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{file} line {number}: seed and step must be integers, accuracies numbers ({error})") from None
+        if not all(new.values()):
+            repeated.add(milestone)
+        rows += [{"arm_id": milestone[0], "label": str(r.get("label") or r["arm_id"]), "method": str(r.get("method", "")),
+                  "seed": r["seed"], "step": r["step"], "benchmark": name, "score": score,
+                  "length_chars": (r.get("length_chars") or {}).get(name, np.nan)}
+                 for name, score in r["accuracy"].items() if new[name]]
+    if not rows:
         raise ValueError(f"{file} holds no milestone")
-    rows = [{"arm_id": str(r["arm_id"]), "label": str(r.get("label") or r["arm_id"]), "method": str(r.get("method", "")),
-             "seed": r["seed"], "step": r["step"], "benchmark": name, "score": score,
-             "length_chars": (r.get("length_chars") or {}).get(name, np.nan)}
-            for r in records for name, score in r["accuracy"].items()]
-    frame = pd.DataFrame(rows)
-    repeated = frame.duplicated(["arm_id", "seed", "step", "benchmark"], keep="last")
-    count = len(frame[repeated].drop_duplicates(["arm_id", "seed", "step"]))
-    notes = (f"{file.name}: {count} milestone(s) reported more than once (a resumed trial); the last line of each is used",) if count else ()
-    table = _table_from_arm_rows(frame[~repeated], bench, {"kind": "results", "path": str(file)})
+    notes = (f"{file.name}: {len(repeated)} milestone(s) reported more than once (a resumed trial); the first line of each "
+             "is used, as by the scheduler and the searcher",) if repeated else ()
+    table = _table_from_arm_rows(pd.DataFrame(rows), bench, {"kind": "results", "path": str(file)})
     return replace(table, notes=notes + table.notes)
 
 

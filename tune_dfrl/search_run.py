@@ -152,9 +152,10 @@ def _run(plan: Plan) -> dict[str, Any]:
     print(f"backend ready after {time.monotonic() - began:.0f} s", flush=True)
 
     tracker = Guarded(SearchTracker(plan.tracking_uri, plan.experiment, _artifact_location(plan), plan.space.name,
-                                    plan.control.arm_id, _flat_settings(plan.describe()), benchmarks, resume=plan.resume),
+                                    plan.control.arm_id, plan.metric, _flat_settings(plan.describe()), benchmarks,
+                                    resume=plan.resume),
                       "MLflow logging", "the search goes on without it; results.jsonl holds every milestone")
-    progress = Progress(plan.control.arm_id, plan.metric, plan.total_cells)
+    progress = Progress(plan.control.arm_id, plan.metric, plan.total_cells, max(plan.milestones))
 
     def on_decision(decided: Any) -> None:
         progress.note_decision(decided)
@@ -174,8 +175,8 @@ def _run(plan: Plan) -> dict[str, Any]:
                                milestones=plan.milestones, on_decision=on_decision, state_path=state / "scheduler.pkl")
     if plan.resume:
         _carry_over(plan, searcher, scheduler, progress)
-    results_log = Guarded(ResultsLog(out / "results.jsonl", out / "failures.jsonl", attempt), f"writing {out}/results.jsonl",
-                          "the search goes on (each cell keeps its milestones); it ends without a report")
+    results_log = Guarded(ResultsLog(out / "results.jsonl", out / "failures.jsonl", plan.metric, attempt),
+                          f"writing {out}/results.jsonl", "the search goes on (each cell keeps its milestones); it ends without a report")
     callbacks = [RaiseOnSignal(), results_log, tracker, Guarded(progress, "the progress line", "no more progress lines")]
     if plan.control_cache is not None:
         cache = ControlCache(plan.control_cache, plan.backend_name, plan.make_arm.recipe_hash, plan.control.arm_id, plan.milestones)
@@ -248,7 +249,7 @@ def _carry_over(plan: Plan, searcher: Any, scheduler: Any, progress: Any) -> Non
 
     if (state / "searcher.pkl").exists():
         searcher.resume(state / "searcher.pkl", plan.n_arms, run_again)
-    ended = {(arm_id, seed) for arm_id in searcher.arms for seed in searcher.cells_of(arm_id)}
+    ended = {(arm_id, seed): end for arm_id in searcher.arms for seed, end in searcher.cells_of(arm_id).items()}
     stopped = {d.arm: d.rung for d in book.decisions.values() if not d.decision.keep} if book is not None else {}
     progress.carry_over(read_records(plan.out / "results.jsonl"), ended, stopped)
 

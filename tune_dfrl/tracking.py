@@ -25,6 +25,7 @@ from mlflow.entities import Metric, Param, RunTag
 from ray.tune import Callback
 
 from tune_dfrl.backend import BenchmarkInfo
+from tune_dfrl.ledger import PairedLedger
 from tune_dfrl.scheduler import ArmDecision
 from tune_dfrl.results import RESULT_PREFIXES
 
@@ -60,6 +61,7 @@ class SearchTracker(Callback):
         artifact_location: str | None,
         space: str,
         control_id: str,
+        metric: str,
         settings: Mapping[str, Any],
         benchmarks: list[BenchmarkInfo],
         resume: bool = False,
@@ -67,11 +69,11 @@ class SearchTracker(Callback):
         self.tracking_uri = tracking_uri
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.experiment = experiment
-        self.space, self.control_id = space, control_id
+        self.space, self.control_id, self.metric = space, control_id, metric
         self.arm_runs: dict[str, str] = {}  # arm id -> run id
         self.seed_runs: dict[tuple[str, int], str] = {}  # (arm id, seed) -> run id
         self._open_seed_runs: set[str] = set()
-        self._logged: set[tuple[str, int, int]] = set()  # (arm id, seed, step) already logged
+        self.ledger = PairedLedger(control_id)  # the milestones logged, with their `metric`
         self._stopped: set[str] = set()  # arm ids the scheduler stopped
         existing = self.client.get_experiment_by_name(experiment)
         if existing is not None and not resume:
@@ -102,9 +104,8 @@ class SearchTracker(Callback):
             elif tags.get(ROLE) == "seed":
                 key = (tags["arm_id"], int(tags["seed"]))
                 self.seed_runs[key] = run_id
-                score = next((k for k in run.data.metrics if k.startswith("score/")), None)
-                steps = {int(m.step) for m in self.client.get_metric_history(run_id, score)} if score else set()
-                self._logged |= {(*key, step) for step in steps}
+                for m in self.client.get_metric_history(run_id, self.metric):
+                    self.ledger.record(*key, m.step, m.value)
                 if run.info.status == "RUNNING" or (run.info.status == "KILLED" and tags.get("stopped") != "true"):
                     self._open_seed_runs.add(run_id)  # interrupted, not stopped by the scheduler
         for run_id in [self.search_run_id, *self.arm_runs.values(), *self._open_seed_runs]:
@@ -143,9 +144,8 @@ class SearchTracker(Callback):
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         arm, seed, step = trial.config["arm"], int(trial.config["seed"]), int(result["step"])
-        if (arm["arm_id"], seed, step) in self._logged:
+        if not self.ledger.record(arm["arm_id"], seed, step, result[self.metric]):
             return  # a resumed trial reporting a milestone again
-        self._logged.add((arm["arm_id"], seed, step))
         now = int(time.time() * 1000)
         metrics = [Metric(k, float(v), now, step) for k, v in result.items() if k.startswith(tuple(RESULT_PREFIXES))]
         self.client.log_batch(self.seed_run(arm, seed), metrics=metrics)
