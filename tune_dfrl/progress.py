@@ -17,6 +17,7 @@ from ray.tune import Callback
 
 from tune_dfrl.rungs import paired_interval
 from tune_dfrl.scheduler import ArmDecision
+from tune_dfrl.schema import SCORE
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class Progress(Callback):
         for r in records:
             self.labels.setdefault(r["arm_id"], r["label"])
             if r["final"]:
-                self.finals.setdefault(r["arm_id"], {})[r["seed"]] = float(r["aggregates"][self.metric.removeprefix("score/")])
+                self.finals.setdefault(r["arm_id"], {})[r["seed"]] = float(r["aggregates"][self.metric.removeprefix(SCORE)])
         self.ended |= ended
         self.stopped.update(stopped)
 
