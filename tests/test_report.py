@@ -77,19 +77,19 @@ def test_reference_rank_correlations_and_ranges(dataflex_summary):
     s = dataflex_summary
     assert s.seeds == [1, 2, 3] and len(s.arms) == 8 and not s.excluded
     for pair, expected in REFERENCE_RANK_CORRELATION.items():
-        assert s.rank_correlation[pair]["spearman"] == pytest.approx(expected["spearman"], abs=1e-12)
-        assert s.rank_correlation[pair]["kendall"] == pytest.approx(expected["kendall"], abs=1e-12)
+        assert s.rank_correlation[pair].spearman == pytest.approx(expected["spearman"], abs=1e-12)
+        assert s.rank_correlation[pair].kendall == pytest.approx(expected["kendall"], abs=1e-12)
     assert s.range == pytest.approx(REFERENCE_RANGE, abs=1e-9)
 
     means = independent_method_means()
     for other in ("macro", "item", "math_heavy"):
-        assert s.rank_correlation[f"db~{other}"]["spearman"] == pytest.approx(stats.spearmanr(means["db"], means[other]).statistic)
-        assert s.rank_correlation[f"db~{other}"]["kendall"] == pytest.approx(stats.kendalltau(means["db"], means[other]).statistic)
+        assert s.rank_correlation[f"db~{other}"].spearman == pytest.approx(stats.spearmanr(means["db"], means[other]).statistic)
+        assert s.rank_correlation[f"db~{other}"].kendall == pytest.approx(stats.kendalltau(means["db"], means[other]).statistic)
     for name in REFERENCE_RANGE:
         assert s.range[name] == pytest.approx(means[name].max() - means[name].min())
         assert s.means[name] == pytest.approx(means[name].to_dict())
-    lodo_logic = s.robustness["db"]["lodo"]["left_out"]["logic"]
-    assert lodo_logic["kendall"] == pytest.approx(stats.kendalltau(means["db"], means["db_without_logic"]).statistic)
+    lodo_logic = s.robustness["db"]["lodo"].left_out["logic"]
+    assert lodo_logic.kendall == pytest.approx(stats.kendalltau(means["db"], means["db_without_logic"]).statistic)
 
 
 def test_dataflex_table_verdicts_and_recommendation(dataflex_summary):
@@ -121,11 +121,11 @@ def test_winner_flip_rate_adapts_its_subset_size_to_three_seeds(dataflex_summary
 def test_leave_out_verdicts_use_the_main_holm_family():
     """Without gsm8k, gfpo's item-weighted p is 0.0062: Holm p 0.049 in a family of 8, but 0.247 in the search's 40."""
     table = load_csv(DATAFLEX_CSV, filters=MAIN_7B)
-    alone = analyze(table, "baseline", aggregations=["item"]).robustness["item"]["lobo"]["left_out"]["gsm8k"]
-    assert alone["verdict_changes"] == {"gfpo": "inconclusive -> better"}
+    alone = analyze(table, "baseline", aggregations=["item"]).robustness["item"]["lobo"].left_out["gsm8k"]
+    assert alone.verdict_changes == {"gfpo": "inconclusive -> better"}
     in_search = analyze(table, "baseline", aggregations=["item"], family_size=40)
     assert in_search.holm_family == 40 and in_search.arms["gfpo"]["item"].level == pytest.approx(1 - 0.05 / 40)
-    assert "gfpo" not in in_search.robustness["item"]["lobo"]["left_out"]["gsm8k"]["verdict_changes"]
+    assert "gfpo" not in in_search.robustness["item"]["lobo"].left_out["gsm8k"].verdict_changes
     runs = pd.read_csv(DATAFLEX_CSV).query("campaign == 'main' and model == 'Qwen2.5-7B-Instruct'")
     kept = {b: n for b, n in ITEMS.items() if b != "gsm8k"}
     item = runs.assign(score=(runs[list(kept)] * pd.Series(kept)).sum(axis=1) / sum(kept.values()))
@@ -326,11 +326,11 @@ def test_leave_out_subset_with_an_undefined_score_is_skipped_with_a_note():
     """Leaving out math leaves only logic, whose responses are empty: efficiency there is 0/0."""
     summary = analyze(_two_benchmark_table(logic_chars=0.0), "baseline")
     efficiency = summary.robustness["efficiency"]
-    assert list(efficiency["lobo"]["left_out"]) == ["l1"] and list(efficiency["lodo"]["left_out"]) == ["logic"]
+    assert list(efficiency["lobo"].left_out) == ["l1"] and list(efficiency["lodo"].left_out) == ["logic"]
     assert any("robustness of 'efficiency' without 'm1' skipped" in n and "10 run(s)" in n for n in summary.notes)
     assert any("without 'math' skipped" in n for n in summary.notes)
     assert summary.verdicts["a"] == "better"
-    assert list(analyze(_two_benchmark_table(logic_chars=2.0), "baseline").robustness["efficiency"]["lobo"]["left_out"]) == ["m1", "l1"]
+    assert list(analyze(_two_benchmark_table(logic_chars=2.0), "baseline").robustness["efficiency"]["lobo"].left_out) == ["m1", "l1"]
 
 
 def test_an_aggregation_undefined_on_the_full_table_is_a_clear_error():
@@ -378,9 +378,9 @@ def test_milestones_give_learning_curves_and_efficiency(tmp_path):
     assert summary.aggregations == ["db", "macro", "item", "efficiency"]
     assert summary.arm_steps == {"band": 30, "baseline": 30, "soft": 30}
     assert summary.arms["band"]["db"].delta == pytest.approx(db[("band", 1, 30)] - db[("baseline", 1, 30)])  # final step
-    curve = {p["step"]: p for p in summary.curves["band"]}
+    curve = {p.step: p for p in summary.curves["band"]}
     assert sorted(curve) == [10, 20, 30]
-    assert curve[20]["delta"] == pytest.approx(2.0) and curve[20]["n"] == 4  # gain 1 * step / 10
+    assert curve[20].delta == pytest.approx(2.0) and curve[20].n == 4  # gain 1 * step / 10
     assert summary.arms["band"]["efficiency"].mean > summary.means["efficiency"]["baseline"]
     paths = write_report(summary, table, tmp_path / "report")
     assert paths["curves"].exists() and (tmp_path / "report" / "report.html").read_text().count("data:image/png;base64,") == 2

@@ -107,7 +107,7 @@ def _verdict_notes(summary: Summary) -> list[str]:
 
 def _rank_tables(summary: Summary) -> list[Table]:
     pairs = Table(["aggregations", "Spearman ρ", "Kendall τ"],
-                  [[pair, _num(r["spearman"], "+.3f"), _num(r["kendall"], "+.3f")] for pair, r in summary.rank_correlation.items()],
+                  [[pair, _num(r.spearman, "+.3f"), _num(r.kendall, "+.3f")] for pair, r in summary.rank_correlation.items()],
                   caption="rank agreement of the arm means (control included) between aggregations")
     ranges = Table(["aggregation", "range (max − min of arm means)", "ranking (best first)"],
                    [[name, _num(summary.range[name], ".3f"), ", ".join(summary.ranking[name])] for name in summary.aggregations])
@@ -118,9 +118,9 @@ def _leave_out_table(summary: Summary) -> Table:
     rows = []
     for name, kinds in summary.robustness.items():
         for kind, r in kinds.items():
-            changes = {a: c for per in r["left_out"].values() for a, c in per["verdict_changes"].items()}
-            rows.append([name, {"lobo": "one benchmark", "lodo": "one domain"}[kind], _num(r["min_kendall"], "+.3f"),
-                         r["min_at"], ", ".join(f"{a} ({c})" for a, c in changes.items()) or "none"])
+            changes = {a: c for per in r.left_out.values() for a, c in per.verdict_changes.items()}
+            rows.append([name, {"lobo": "one benchmark", "lodo": "one domain"}[kind], _num(r.min_kendall, "+.3f"),
+                         r.min_at, ", ".join(f"{a} ({c})" for a, c in changes.items()) or "none"])
     return Table(["aggregation", "left out", "min Kendall τ", "at", "arms whose verdict changes"], rows,
                  caption="Kendall τ between the full ranking and the ranking with one benchmark / domain left out")
 
@@ -231,9 +231,9 @@ def learning_curves(summary: Summary, path: Path) -> Path:
     """Paired Δ (primary aggregation) vs step per arm with its t-interval band."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for arm, points in summary.curves.items():
-        steps = [p["step"] for p in points]
-        line, = ax.plot(steps, [p["delta"] for p in points], marker="o", ms=3, label=arm)
-        band = [[math.nan if p[k] is None else p[k] for p in points] for k in ("ci_low", "ci_high")]  # None: unbounded
+        steps = [p.step for p in points]
+        line, = ax.plot(steps, [p.delta for p in points], marker="o", ms=3, label=arm)
+        band = [[math.nan if v is None else v for v in ends] for ends in ([p.ci_low for p in points], [p.ci_high for p in points])]  # None: unbounded
         ax.fill_between(steps, *band, color=line.get_color(), alpha=0.15)
     margin = summary.equivalence_margin
     ax.axhspan(-margin, margin, color="#cccccc", alpha=0.35, lw=0)

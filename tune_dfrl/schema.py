@@ -1,31 +1,23 @@
-"""The result schema: metric names of a milestone, the aggregations (DESIGN §6) and the typed report summary.
+"""The result schema: metric names, the aggregates of DESIGN §6 (for both backends and the report), `summary.json`.
 
-A milestone is reported flat to Ray Tune and MLflow as `step` plus one key per figure, `PREFIX + name`
-(`RESULT_PREFIXES`); the search metric is `SCORE + aggregation`.
-
-Aggregates of one run with accuracy a_b (%) on benchmark b of domain D(b) with n_b items:
+A milestone is reported flat to Ray Tune and MLflow as `step` plus `PREFIX + name` per figure (`RESULT_PREFIXES`);
+the search metric is `SCORE + aggregation`. Aggregates of one run with accuracy a_b (%) on benchmark b of domain
+D(b) with n_b items and mean response length l_b (characters):
 
 - `db` (domain-balanced, primary): mean over domains d of (mean of a_b over the b in d);
-- `macro`: mean of a_b over all benchmarks;
-- `item`: sum_b n_b a_b / sum_b n_b (pooled over items);
-- a named subset (e.g. `math_heavy`): mean of a_b over its member benchmarks (equal weights);
-- `efficiency`: correct answers per 1000 response characters,
-  1000 * sum_b n_b a_b / 100 / sum_b n_b l_b with l_b the mean response length (characters);
-  undefined (NaN) when no response characters were produced.
+- `macro`: mean of a_b; `item`: sum_b n_b a_b / sum_b n_b; a named subset: mean of a_b over its members;
+- `efficiency` (correct answers per 1000 characters): 1000 * sum_b n_b a_b / 100 / sum_b n_b l_b, NaN without characters.
 
-All but `efficiency` are linear, score = A @ w. Leaving benchmarks out (`drop`) recomputes the
-weights on the remaining ones; `db` then averages only the domains that keep a benchmark. Both
-backends and the report compute them with `aggregate` here.
-
-`Summary` is what `summary.json` holds (`tune_dfrl.report.analyze`); NaN and infinite figures are
-written as null.
+All but `efficiency` are linear, score = A @ w. Leaving benchmarks out (`drop`) recomputes the weights on the
+remaining ones; `db` then averages only the domains that keep a benchmark. `Summary` is what `summary.json`
+holds (`tune_dfrl.report.analyze`), NaN and infinite figures as null.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -168,6 +160,43 @@ class Recommendation:
 
 
 @dataclass(frozen=True)
+class RankAgreement:
+    """Spearman rho and Kendall tau-b between two rankings of the arm means (`stats.rank_agreement`; None: constant)."""
+
+    spearman: float | None
+    kendall: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeftOut(RankAgreement):
+    """The full ranking vs the one with some benchmarks left out, its winner, and verdict changes ("before -> after")."""
+
+    winner: str
+    verdict_changes: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Robustness:
+    """Leaving out one benchmark (lobo) or domain (lodo) at a time: the least agreeing one and each one's figures."""
+
+    min_kendall: float | None
+    min_at: str
+    arms_changing_verdict: list[str]
+    left_out: dict[str, LeftOut]
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """An arm's paired Δ at one training step with its (1 - alpha) t-interval over n seeds (None: unbounded)."""
+
+    step: int
+    delta: float
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+
+
+@dataclass(frozen=True)
 class Summary:
     """What `summary.json` holds. A search whose every searched arm was stopped compares nothing: then only
     control, seeds, primary, recommendation, stopped and notes are filled."""
@@ -197,10 +226,10 @@ class Summary:
     prob_best: dict[str, dict[str, float] | None] = field(default_factory=dict)
     winner_flip_rate: dict[str, float | None] = field(default_factory=dict)
     flip_subsets: int | None = None
-    rank_correlation: dict[str, dict[str, float]] = field(default_factory=dict)  # "a~b" -> spearman, kendall
+    rank_correlation: dict[str, RankAgreement] = field(default_factory=dict)  # "a~b" (two aggregations)
     range: dict[str, float] = field(default_factory=dict)
-    robustness: dict[str, dict[str, Any]] = field(default_factory=dict)  # aggregation -> lobo | lodo -> figures
-    curves: dict[str, list[dict[str, float]]] = field(default_factory=dict)  # arm -> step, delta, ci_low, ci_high, n
+    robustness: dict[str, dict[str, Robustness]] = field(default_factory=dict)  # aggregation -> lobo | lodo
+    curves: dict[str, list[CurvePoint]] = field(default_factory=dict)  # arm -> its points, by step (primary aggregation)
     arm_seeds: dict[str, list[int]] = field(default_factory=dict)
     arm_steps: dict[str, int] = field(default_factory=dict)
     arm_info: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -213,14 +242,15 @@ class Summary:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Summary:
         """From the JSON form (`to_dict`); an unknown or missing key is a ValueError naming it."""
-        known = {f.name for f in fields(cls)}
-        if unknown := sorted(set(data) - known):
-            raise ValueError(f"summary has unknown keys {unknown}; known: {', '.join(sorted(known))}")
         data = json_safe(dict(data))
         try:
             return cls(**{**data, "recommendation": Recommendation(**data["recommendation"]),
                           "arms": {arm: {name: ArmStats(**s) for name, s in by_name.items()}
-                                   for arm, by_name in data.get("arms", {}).items()}})
+                                   for arm, by_name in data.get("arms", {}).items()},
+                          "rank_correlation": {pair: RankAgreement(**r) for pair, r in data.get("rank_correlation", {}).items()},
+                          "robustness": {name: {kind: Robustness(**{**r, "left_out": {k: LeftOut(**v) for k, v in r["left_out"].items()}})
+                                                for kind, r in kinds.items()} for name, kinds in data.get("robustness", {}).items()},
+                          "curves": {arm: [CurvePoint(**p) for p in points] for arm, points in data.get("curves", {}).items()}})
         except (KeyError, TypeError) as error:
             raise ValueError(f"summary does not match the schema: {error}") from error
 

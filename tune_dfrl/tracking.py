@@ -192,10 +192,9 @@ class SearchTracker(Callback):
                 continue
             metrics, tags = [], []
             for agg, figures in by_agg.items():
-                for key, value in (("paired_delta", figures.delta), ("ci_low", figures.ci_low), ("ci_high", figures.ci_high),
-                                   ("mean", figures.mean), ("p_holm", figures.p_holm)):
-                    if value is not None:
-                        metrics.append(Metric(f"{key}_{agg}", float(value), now, 0))
+                for key, stat in (("paired_delta", "delta"), ("ci_low", "ci_low"), ("ci_high", "ci_high"), ("mean", "mean"), ("p_holm", "p_holm")):
+                    if getattr(figures, stat) is not None:
+                        metrics.append(Metric(f"{key}_{agg}", float(getattr(figures, stat)), now, 0))
                 tags.append(RunTag(f"verdict_{agg}", figures.verdict))
             if primary in by_agg:
                 tags.append(RunTag("verdict", by_agg[primary].verdict))
