@@ -75,44 +75,44 @@ def independent_db_by_seed() -> pd.DataFrame:
 
 def test_reference_rank_correlations_and_ranges(dataflex_summary):
     s = dataflex_summary
-    assert s["seeds"] == [1, 2, 3] and len(s["arms"]) == 8 and not s["excluded"]
+    assert s.seeds == [1, 2, 3] and len(s.arms) == 8 and not s.excluded
     for pair, expected in REFERENCE_RANK_CORRELATION.items():
-        assert s["rank_correlation"][pair]["spearman"] == pytest.approx(expected["spearman"], abs=1e-12)
-        assert s["rank_correlation"][pair]["kendall"] == pytest.approx(expected["kendall"], abs=1e-12)
-    assert s["range"] == pytest.approx(REFERENCE_RANGE, abs=1e-9)
+        assert s.rank_correlation[pair].spearman == pytest.approx(expected["spearman"], abs=1e-12)
+        assert s.rank_correlation[pair].kendall == pytest.approx(expected["kendall"], abs=1e-12)
+    assert s.range == pytest.approx(REFERENCE_RANGE, abs=1e-9)
 
     means = independent_method_means()
     for other in ("macro", "item", "math_heavy"):
-        assert s["rank_correlation"][f"db~{other}"]["spearman"] == pytest.approx(stats.spearmanr(means["db"], means[other]).statistic)
-        assert s["rank_correlation"][f"db~{other}"]["kendall"] == pytest.approx(stats.kendalltau(means["db"], means[other]).statistic)
+        assert s.rank_correlation[f"db~{other}"].spearman == pytest.approx(stats.spearmanr(means["db"], means[other]).statistic)
+        assert s.rank_correlation[f"db~{other}"].kendall == pytest.approx(stats.kendalltau(means["db"], means[other]).statistic)
     for name in REFERENCE_RANGE:
-        assert s["range"][name] == pytest.approx(means[name].max() - means[name].min())
-        assert s["means"][name] == pytest.approx(means[name].to_dict())
-    lodo_logic = s["robustness"]["db"]["lodo"]["left_out"]["logic"]
-    assert lodo_logic["kendall"] == pytest.approx(stats.kendalltau(means["db"], means["db_without_logic"]).statistic)
+        assert s.range[name] == pytest.approx(means[name].max() - means[name].min())
+        assert s.means[name] == pytest.approx(means[name].to_dict())
+    lodo_logic = s.robustness["db"]["lodo"].left_out["logic"]
+    assert lodo_logic.kendall == pytest.approx(stats.kendalltau(means["db"], means["db_without_logic"]).statistic)
 
 
 def test_dataflex_table_verdicts_and_recommendation(dataflex_summary):
     s = dataflex_summary
-    assert set(s["verdicts"].values()) == {"inconclusive"}  # 3 seeds, 8 arms: nothing credible on db
-    rec = s["recommendation"]
-    assert (rec["recommended"], rec["is_control"], rec["point_best"]) == ("baseline", True, ["gfpo"])
+    assert set(s.verdicts.values()) == {"inconclusive"}  # 3 seeds, 8 arms: nothing credible on db
+    rec = s.recommendation
+    assert (rec.recommended, rec.is_control, rec.point_best) == ("baseline", True, ["gfpo"])
     for figure in ("seeds_to_detect", "seeds_for_equivalence"):  # every arm is still open
-        assert rec[figure] == max(a["db"][figure] for a in s["arms"].values())
-    assert rec["seeds_for_equivalence"] < rec["seeds_to_detect"]  # TOST at alpha vs the t-test at alpha / 8
-    assert sum(s["prob_best"]["db"].values()) == pytest.approx(1.0)
+        assert getattr(rec, figure) == max(getattr(a["db"], figure) for a in s.arms.values())
+    assert rec.seeds_for_equivalence < rec.seeds_to_detect  # TOST at alpha vs the t-test at alpha / 8
+    assert sum(s.prob_best["db"].values()) == pytest.approx(1.0)
 
 
 def test_winner_flip_rate_adapts_its_subset_size_to_three_seeds(dataflex_summary, tmp_path):
     """3 seeds cannot hold a subset of flip_k=3: subsets of 2 (all C(3, 2) = 3), said in the notes and the table."""
     s = dataflex_summary
-    assert (s["flip_k"], s["flip_k_used"], s["flip_subsets"]) == (3, 2, 3)
+    assert (s.flip_k, s.flip_k_used, s.flip_subsets) == (3, 2, 3)
     db = independent_db_by_seed()
     winner = db.mean(axis=1).idxmax()
     pairs = [[1, 2], [1, 3], [2, 3]]
     flipped = np.mean([db[pair].mean(axis=1).idxmax() != winner for pair in pairs])  # no ties in these data
-    assert s["winner_flip_rate"]["db"] == pytest.approx(flipped)
-    assert "winner-flip rate over subsets of 2 of the 3 seeds shared by all arms (flip_k=3 needs more than 3 seeds)" in s["notes"]
+    assert s.winner_flip_rate["db"] == pytest.approx(flipped)
+    assert "winner-flip rate over subsets of 2 of the 3 seeds shared by all arms (flip_k=3 needs more than 3 seeds)" in s.notes
     table = load_csv(DATAFLEX_CSV, filters=MAIN_7B)
     write_report(s, table, tmp_path)
     assert "| winner-flip rate (subsets of 2 seeds, 3 subsets) |" in (tmp_path / "report.md").read_text()
@@ -121,11 +121,11 @@ def test_winner_flip_rate_adapts_its_subset_size_to_three_seeds(dataflex_summary
 def test_leave_out_verdicts_use_the_main_holm_family():
     """Without gsm8k, gfpo's item-weighted p is 0.0062: Holm p 0.049 in a family of 8, but 0.247 in the search's 40."""
     table = load_csv(DATAFLEX_CSV, filters=MAIN_7B)
-    alone = analyze(table, "baseline", aggregations=["item"])["robustness"]["item"]["lobo"]["left_out"]["gsm8k"]
-    assert alone["verdict_changes"] == {"gfpo": "inconclusive -> better"}
+    alone = analyze(table, "baseline", aggregations=["item"]).robustness["item"]["lobo"].left_out["gsm8k"]
+    assert alone.verdict_changes == {"gfpo": "inconclusive -> better"}
     in_search = analyze(table, "baseline", aggregations=["item"], family_size=40)
-    assert in_search["holm_family"] == 40 and in_search["arms"]["gfpo"]["item"]["level"] == pytest.approx(1 - 0.05 / 40)
-    assert "gfpo" not in in_search["robustness"]["item"]["lobo"]["left_out"]["gsm8k"]["verdict_changes"]
+    assert in_search.holm_family == 40 and in_search.arms["gfpo"]["item"].level == pytest.approx(1 - 0.05 / 40)
+    assert "gfpo" not in in_search.robustness["item"]["lobo"].left_out["gsm8k"].verdict_changes
     runs = pd.read_csv(DATAFLEX_CSV).query("campaign == 'main' and model == 'Qwen2.5-7B-Instruct'")
     kept = {b: n for b, n in ITEMS.items() if b != "gsm8k"}
     item = runs.assign(score=(runs[list(kept)] * pd.Series(kept)).sum(axis=1) / sum(kept.values()))
@@ -219,15 +219,15 @@ def test_credible_winner_is_selected_by_lower_bound_and_summary_is_deterministic
     runs |= {("lucky", s): 50.0 + (12.0 if s == 1 else 0.5) for s in seeds}
     table = table_of(runs, noise=0.1)
     summary = analyze(table, "baseline", seed=0)
-    assert summary["verdicts"] == {"lucky": "inconclusive", "steady": "better"}
-    assert summary["recommendation"]["recommended"] == "steady"
-    assert summary["ranking"]["db"][0] == "steady"
+    assert summary.verdicts == {"lucky": "inconclusive", "steady": "better"}
+    assert summary.recommendation.recommended == "steady"
+    assert summary.ranking["db"][0] == "steady"
     assert summary == analyze(table, "baseline", seed=0)
     again = analyze(table, "baseline", seed=1)
-    assert again["arms"]["steady"]["db"]["bca_low"] != summary["arms"]["steady"]["db"]["bca_low"]
-    assert again["verdicts"] == summary["verdicts"]  # the bootstrap seed never changes a verdict
-    assert summary["winner_flip_rate"]["db"] is not None and summary["flip_subsets"] == 56  # C(8, 3)
-    json.dumps(summary)  # JSON-safe
+    assert again.arms["steady"]["db"].bca_low != summary.arms["steady"]["db"].bca_low
+    assert again.verdicts == summary.verdicts  # the bootstrap seed never changes a verdict
+    assert summary.winner_flip_rate["db"] is not None and summary.flip_subsets == 56  # C(8, 3)
+    json.dumps(summary.to_dict())  # JSON-safe
 
 
 def test_exclusions_are_reported_not_silent():
@@ -236,11 +236,11 @@ def test_exclusions_are_reported_not_silent():
     runs |= {("lonely", s): 60.0 for s in (7, 8)}  # no seed in common
     runs |= {("single", s): 60.0 for s in (1, 8)}  # one seed in common
     summary = analyze(table_of(runs), "baseline")
-    assert list(summary["arms"]) == ["a"]
-    assert "shares 0 seed(s) with the control 'baseline'" in summary["excluded"]["lonely"]
-    assert "shares 1 seed(s)" in summary["excluded"]["single"] and "at least 2" in summary["excluded"]["single"]
-    assert "arm 'a': seeds [9] have no control run and are ignored" in summary["notes"]
-    assert summary["arms"]["a"]["db"]["n"] == 4
+    assert list(summary.arms) == ["a"]
+    assert "shares 0 seed(s) with the control 'baseline'" in summary.excluded["lonely"]
+    assert "shares 1 seed(s)" in summary.excluded["single"] and "at least 2" in summary.excluded["single"]
+    assert "arm 'a': seeds [9] have no control run and are ignored" in summary.notes
+    assert summary.arms["a"]["db"].n == 4
     with pytest.raises(ValueError, match="no arm shares at least 2 seeds with the control 'baseline'"):
         analyze(table_of({k: v for k, v in runs.items() if k[0] in ("baseline", "lonely")}), "baseline")
 
@@ -251,12 +251,12 @@ def test_an_excluded_arm_stays_in_the_holm_family():
     runs = {("baseline", s): 50.0 for s in seeds} | {("a", s): 53.0 + 0.2 * (s % 2) for s in seeds}
     runs |= {("b", s): 50.0 + 0.3 * (s % 3) for s in seeds} | {("single", 1): 55.0}
     summary = analyze(table_of(runs, noise=0.1), "baseline")
-    assert set(summary["arms"]) == {"a", "b"} and "single" in summary["excluded"]
-    assert summary["holm_family"] == 3
-    assert summary["arms"]["a"]["db"]["level"] == pytest.approx(1 - 0.05 / 3)  # first Holm step of 3, not of 2
-    assert summary["arms"]["a"]["db"]["common_level"] == pytest.approx(1 - 0.05 / 3)
-    assert any("excluded arm 'single'" in n and "stays in the Holm family" in n for n in summary["notes"])
-    assert analyze(table_of(runs, noise=0.1), "baseline", family_size=5)["holm_family"] == 5  # a search's own count wins when larger
+    assert set(summary.arms) == {"a", "b"} and "single" in summary.excluded
+    assert summary.holm_family == 3
+    assert summary.arms["a"]["db"].level == pytest.approx(1 - 0.05 / 3)  # first Holm step of 3, not of 2
+    assert summary.arms["a"]["db"].common_level == pytest.approx(1 - 0.05 / 3)
+    assert any("excluded arm 'single'" in n and "stays in the Holm family" in n for n in summary.notes)
+    assert analyze(table_of(runs, noise=0.1), "baseline", family_size=5).holm_family == 5  # a search's own count wins when larger
 
 
 def test_mean_and_delta_name_the_seeds_they_use(tmp_path):
@@ -265,13 +265,13 @@ def test_mean_and_delta_name_the_seeds_they_use(tmp_path):
     runs |= {("a", s): 51.0 + 3 * s + 0.1 * s * s for s in (1, 3, 4)}
     table = table_of(runs)
     summary = analyze(table, "baseline")
-    a = summary["arms"]["a"]["db"]
-    assert a["seeds"] == [1, 3, 4] and a["n"] == 3
+    a = summary.arms["a"]["db"]
+    assert a.seeds == [1, 3, 4] and a.n == 3
     db = table.frame.assign(w=table.frame["benchmark"].map({"m1": 0.25, "m2": 0.25, "l1": 0.5}))
     db = db.assign(s=db["score"] * db["w"]).groupby(["arm", "seed"])["s"].sum()
-    assert a["mean"] == pytest.approx(db["a"].mean()) and a["control_mean"] == pytest.approx(db["baseline"][[1, 3, 4]].mean())
-    assert a["mean"] - a["control_mean"] == pytest.approx(a["delta"])
-    assert summary["control_mean"]["db"] == pytest.approx(db["baseline"].mean())  # the control row: all its seeds
+    assert a.mean == pytest.approx(db["a"].mean()) and a.control_mean == pytest.approx(db["baseline"][[1, 3, 4]].mean())
+    assert a.mean - a.control_mean == pytest.approx(a.delta)
+    assert summary.control_mean["db"] == pytest.approx(db["baseline"].mean())  # the control row: all its seeds
     write_report(summary, table, tmp_path)
     text = (tmp_path / "report.md").read_text()
     assert "| a | " in text and " | 3 (1, 3, 4) | " in text and "`seeds`: the seeds an arm's mean and Δ both use" in text
@@ -283,18 +283,18 @@ def test_forest_plot_spans_and_draws_the_intervals_that_decide(tmp_path, monkeyp
     runs = {("baseline", s): 50.0 for s in seeds} | {("wide", s): 50.5 + 1.5 * (-1) ** s for s in seeds}
     runs |= {(f"n{i}", s): 50.0 + 0.2 * i * (-1) ** s for i in range(1, 6) for s in seeds}
     summary = analyze(table_of(runs, noise=0.1), "baseline", aggregations=["db"])
-    wide = summary["arms"]["wide"]["db"]
-    assert wide["ci_high"] - wide["ci_low"] > 1.5 * (wide["t_high"] - wide["t_low"])  # Holm level 99.17% at 3 df
+    wide = summary.arms["wide"]["db"]
+    assert wide.ci_high - wide.ci_low > 1.5 * (wide.t_high - wide.t_low)  # Holm level 99.17% at 3 df
     figures = []
     monkeypatch.setattr(render.plt, "close", figures.append)
     render.forest_plot(summary, tmp_path / "forest.png")
     [ax] = figures[0].axes
     low, high = ax.get_xlim()
     drawn = {(round(line.get_xdata()[0], 9), round(line.get_xdata()[-1], 9), line.get_linewidth()) for line in ax.lines}
-    assert low < wide["ci_low"] and wide["ci_high"] < high
-    assert (round(wide["ci_low"], 9), round(wide["ci_high"], 9), 1) in drawn
-    assert (round(wide["eq_low"], 9), round(wide["eq_high"], 9), 5) in drawn
-    assert not any(round(wide["bca_low"], 9) in (x0, x1) for x0, x1, _ in drawn)
+    assert low < wide.ci_low and wide.ci_high < high
+    assert (round(wide.ci_low, 9), round(wide.ci_high, 9), 1) in drawn
+    assert (round(wide.eq_low, 9), round(wide.eq_high, 9), 5) in drawn
+    assert not any(round(wide.bca_low, 9) in (x0, x1) for x0, x1, _ in drawn)
     text = "\n".join(p for section in render.sections(summary, table_of(runs), {"forest": tmp_path / "forest.png"})
                      for p in section.paragraphs)
     assert "BCa intervals are reported, never deciding" in text and "72% at 3 seeds" in text
@@ -307,8 +307,8 @@ def test_an_unbounded_interval_is_drawn_and_written(tmp_path):
     runs |= {("b", s): 50.0 + s for s in (1, 2, 3)}
     table = table_of(runs, noise=0.0)
     summary = analyze(table, "baseline", aggregations=["db"])
-    flat = summary["arms"]["flat"]["db"]
-    assert flat["exact"] and flat["p"] == 0.25 and flat["ci_low"] is None and flat["verdict"] == "inconclusive"
+    flat = summary.arms["flat"]["db"]
+    assert flat.exact and flat.p == 0.25 and flat.ci_low is None and flat.verdict == "inconclusive"
     paths = write_report(summary, table, tmp_path)
     assert "| flat | " in paths["markdown"].read_text() and "(−∞, +∞) (97.50%)" in paths["markdown"].read_text()
 
@@ -325,12 +325,12 @@ def _two_benchmark_table(logic_chars: float) -> ScoreTable:
 def test_leave_out_subset_with_an_undefined_score_is_skipped_with_a_note():
     """Leaving out math leaves only logic, whose responses are empty: efficiency there is 0/0."""
     summary = analyze(_two_benchmark_table(logic_chars=0.0), "baseline")
-    efficiency = summary["robustness"]["efficiency"]
-    assert list(efficiency["lobo"]["left_out"]) == ["l1"] and list(efficiency["lodo"]["left_out"]) == ["logic"]
-    assert any("robustness of 'efficiency' without 'm1' skipped" in n and "10 run(s)" in n for n in summary["notes"])
-    assert any("without 'math' skipped" in n for n in summary["notes"])
-    assert summary["verdicts"]["a"] == "better"
-    assert list(analyze(_two_benchmark_table(logic_chars=2.0), "baseline")["robustness"]["efficiency"]["lobo"]["left_out"]) == ["m1", "l1"]
+    efficiency = summary.robustness["efficiency"]
+    assert list(efficiency["lobo"].left_out) == ["l1"] and list(efficiency["lodo"].left_out) == ["logic"]
+    assert any("robustness of 'efficiency' without 'm1' skipped" in n and "10 run(s)" in n for n in summary.notes)
+    assert any("without 'math' skipped" in n for n in summary.notes)
+    assert summary.verdicts["a"] == "better"
+    assert list(analyze(_two_benchmark_table(logic_chars=2.0), "baseline").robustness["efficiency"]["lobo"].left_out) == ["m1", "l1"]
 
 
 def test_an_aggregation_undefined_on_the_full_table_is_a_clear_error():
@@ -338,7 +338,7 @@ def test_an_aggregation_undefined_on_the_full_table_is_a_clear_error():
     table.frame.loc[table.frame["benchmark"] == "m1", "length_chars"] = 0.0
     with pytest.raises(ValueError, match=r"aggregation 'efficiency' is undefined \(NaN\) for 10 run\(s\).*aggregations="):
         analyze(table, "baseline")
-    assert analyze(table, "baseline", aggregations=["db"])["verdicts"] == {"a": "better"}
+    assert analyze(table, "baseline", aggregations=["db"]).verdicts == {"a": "better"}
 
 
 def test_analyze_bad_arguments():
@@ -351,7 +351,7 @@ def test_analyze_bad_arguments():
         analyze(table, "baseline", aggregations=["efficiency"])
     with pytest.raises(ValueError, match="flip_k .* must be an integer >= 1; got 0"):
         analyze(table, "baseline", flip_k=0)
-    assert analyze(table, "baseline", aggregations="macro")["aggregations"] == ["macro"]  # one name is understood
+    assert analyze(table, "baseline", aggregations="macro").aggregations == ["macro"]  # one name is understood
     assert default_control(table) == "baseline"
 
 
@@ -375,13 +375,13 @@ def test_milestones_give_learning_curves_and_efficiency(tmp_path):
     db = write_search_output(tmp_path / "search")
     table = load_results(tmp_path / "search")
     summary = analyze(table, default_control(table))
-    assert summary["aggregations"] == ["db", "macro", "item", "efficiency"]
-    assert summary["arm_steps"] == {"band": 30, "baseline": 30, "soft": 30}
-    assert summary["arms"]["band"]["db"]["delta"] == pytest.approx(db[("band", 1, 30)] - db[("baseline", 1, 30)])  # final step
-    curve = {p["step"]: p for p in summary["curves"]["band"]}
+    assert summary.aggregations == ["db", "macro", "item", "efficiency"]
+    assert summary.arm_steps == {"band": 30, "baseline": 30, "soft": 30}
+    assert summary.arms["band"]["db"].delta == pytest.approx(db[("band", 1, 30)] - db[("baseline", 1, 30)])  # final step
+    curve = {p.step: p for p in summary.curves["band"]}
     assert sorted(curve) == [10, 20, 30]
-    assert curve[20]["delta"] == pytest.approx(2.0) and curve[20]["n"] == 4  # gain 1 * step / 10
-    assert summary["arms"]["band"]["efficiency"]["mean"] > summary["means"]["efficiency"]["baseline"]
+    assert curve[20].delta == pytest.approx(2.0) and curve[20].n == 4  # gain 1 * step / 10
+    assert summary.arms["band"]["efficiency"].mean > summary.means["efficiency"]["baseline"]
     paths = write_report(summary, table, tmp_path / "report")
     assert paths["curves"].exists() and (tmp_path / "report" / "report.html").read_text().count("data:image/png;base64,") == 2
 

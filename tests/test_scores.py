@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tune_dfrl.aggregate import aggregate, aggregation_list, check_aggregations, default_aggregations, weights
+from tune_dfrl.schema import aggregate, aggregation_list, check_aggregations, default_aggregations, weights
 from tune_dfrl.backend import BenchmarkInfo
 from tune_dfrl.scores import BenchmarkSet, ScoreTable, dataflex_benchmarks, load_csv, load_mlflow, load_results
 

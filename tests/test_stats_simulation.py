@@ -6,7 +6,7 @@ Score of arm a at seed s on benchmark b of the DataFlex-RL set (points):
 
 u[s] ~ N(0, 2^2): seed effect shared by every arm and benchmark (same data order); v[a, s] ~ N(0, 1):
 the run's own effect, shared across its 12 benchmarks (one run's scores move together);
-e ~ N(0, 3^2): benchmark noise. The domain-balanced score goes through `tune_dfrl.aggregate`, the
+e ~ N(0, 3^2): benchmark noise. The domain-balanced score goes through `tune_dfrl.schema`, the
 verdicts through `tune_dfrl.stats.paired_verdicts` (Holm across the 8 arms; the t-interval path is
 the one that decides). The paired sd of db is sqrt(2 (1 + 9 sum_b w_b^2)).
 
@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tune_dfrl.aggregate import aggregate, weights
+from tune_dfrl.schema import aggregate, weights
 from tune_dfrl.scores import dataflex_benchmarks
 from tune_dfrl.stats import BCA_COVERAGE_95, paired_verdicts
 

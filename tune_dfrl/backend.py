@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from tune_dfrl.schema import RESULT_PREFIXES
+
 
 @dataclass(frozen=True)
 class BenchmarkInfo:
@@ -48,13 +50,8 @@ class Milestone:
 
     def flat(self) -> dict[str, float]:
         """Flat metric dict as reported to Ray Tune / MLflow."""
-        out: dict[str, float] = {"step": float(self.step)}
-        out.update({f"score/{k}": v for k, v in self.aggregates.items()})
-        out.update({f"acc/{k}": v for k, v in self.accuracy.items()})
-        out.update({f"len/{k}": v for k, v in self.length_chars.items()})
-        out.update({f"fmt_fail/{k}": v for k, v in self.format_failure.items()})
-        out.update({f"train/{k}": v for k, v in self.train.items()})
-        return out
+        flat = {prefix + k: v for prefix, name in RESULT_PREFIXES.items() for k, v in getattr(self, name).items()}
+        return {"step": float(self.step), **flat}
 
 
 @dataclass(frozen=True)

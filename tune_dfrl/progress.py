@@ -16,6 +16,7 @@ from ray.tune import Callback
 
 from tune_dfrl.ledger import FAILED, FINISHED, STOPPED, PairedEstimate, PairedLedger
 from tune_dfrl.scheduler import ArmDecision
+from tune_dfrl.schema import SCORE
 
 
 class Progress(Callback):
@@ -37,7 +38,7 @@ class Progress(Callback):
         for r in records:
             self.labels.setdefault(r["arm_id"], r["label"])
             if r["final"]:
-                self.ledger.record(r["arm_id"], r["seed"], r["step"], r["aggregates"][self.metric.removeprefix("score/")])
+                self.ledger.record(r["arm_id"], r["seed"], r["step"], r["aggregates"][self.metric.removeprefix(SCORE)])
         for (arm_id, seed), how in ends.items():
             self.ledger.end(arm_id, seed, how)
         self.stopped.update(stopped)

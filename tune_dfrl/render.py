@@ -1,4 +1,4 @@
-"""Rendering of a report summary (the dict of `tune_dfrl.report.analyze`).
+"""Rendering of a report summary (`tune_dfrl.schema.Summary`, from `tune_dfrl.report.analyze`).
 
 Markdown, self-contained HTML (figures embedded as base64 PNG) and the rich console summary
 share one document model: sections of paragraphs, tables and figures. Figures: a forest plot of
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 import sys
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from rich.console import Console  # noqa: E402
 from rich.markup import escape  # noqa: E402
 from rich.table import Table as RichTable  # noqa: E402
 
+from tune_dfrl.schema import ArmStats, Recommendation, Summary  # noqa: E402
 from tune_dfrl.scores import ScoreTable  # noqa: E402
 
 VERDICT_COLORS = {"better": "#1a9850", "worse": "#d73027", "equivalent": "#4575b4", "inconclusive": "#7f7f7f"}
@@ -56,42 +56,42 @@ def _interval(low: float | None, high: float | None, missing: str = "—") -> st
 UNBOUNDED = "(−∞, +∞)"  # a deciding interval of an arm without spread at too few seeds (exact sign-flip test)
 
 
-def _seeds_cell(s: dict, control_seeds: list[int]) -> str:
+def _seeds_cell(s: ArmStats, control_seeds: list[int]) -> str:
     """n, and the seeds themselves when the arm lacks some of the control's."""
-    return str(s["n"]) if s["seeds"] == control_seeds else f"{s['n']} ({', '.join(map(str, s['seeds']))})"
+    return str(s.n) if s.seeds == control_seeds else f"{s.n} ({', '.join(map(str, s.seeds))})"
 
 
-def verdict_table(summary: dict, name: str, compact: bool = False) -> Table:
+def verdict_table(summary: Summary, name: str, compact: bool = False) -> Table:
     """Control and arms (best mean first) under one aggregation."""
-    control = summary["control"]
-    alpha, margin = summary["alpha"], summary["equivalence_margin"]
+    control = summary.control
+    alpha, margin = summary.alpha, summary.equivalence_margin
     t_ci, eq_ci, bca_ci = f"t {1 - alpha:.0%} CI", f"TOST {1 - 2 * alpha:.0%} CI", f"BCa {1 - alpha:.0%} CI (nominal)"
     detect, equivalence = f"seeds to detect +{margin:g}", f"seeds for ±{margin:g} equivalence"
     full = ["arm", "mean", "Δ", "seeds", "Holm CI (level)", t_ci, eq_ci, bca_ci, "p", "p Holm", "p perm", "p perm Holm",
             "TOST p", "MDE", detect, equivalence, "verdict"]
     short = ["arm", "mean", "Δ", "Holm CI (level)", t_ci, "p Holm", "verdict"]
     rows = []
-    for arm in summary["ranking"][name]:
+    for arm in summary.ranking[name]:
         if arm == control:
-            cells = {"arm": f"{arm} (control)", "mean": _num(summary["means"][name][arm], ".2f"), "seeds": str(len(summary["seeds"]))}
+            cells = {"arm": f"{arm} (control)", "mean": _num(summary.means[name][arm], ".2f"), "seeds": str(len(summary.seeds))}
         else:
-            s = summary["arms"][arm][name]
-            cells = {"arm": arm, "mean": _num(s["mean"], ".2f"), "Δ": _num(s["delta"]), "seeds": _seeds_cell(s, summary["seeds"]),
-                     "Holm CI (level)": f"{_interval(s['ci_low'], s['ci_high'], UNBOUNDED)} ({s['level']:.2%})",
-                     t_ci: _interval(s["t_low"], s["t_high"], UNBOUNDED), eq_ci: _interval(s["eq_low"], s["eq_high"], UNBOUNDED),
-                     bca_ci: _interval(s["bca_low"], s["bca_high"]), "p": _num(s["p"], ".3g"), "p Holm": _num(s["p_holm"], ".3g"),
-                     "p perm": _num(s["p_perm"], ".3g"), "p perm Holm": _num(s["p_perm_holm"], ".3g"),
-                     "TOST p": _num(s["tost_p"], ".3g"), "MDE": _num(s["mde"], ".2f") if s["mde"] is not None else "∞",
-                     detect: str(s["seeds_to_detect"]), equivalence: str(s["seeds_for_equivalence"]), "verdict": s["verdict"]}
+            s = summary.arms[arm][name]
+            cells = {"arm": arm, "mean": _num(s.mean, ".2f"), "Δ": _num(s.delta), "seeds": _seeds_cell(s, summary.seeds),
+                     "Holm CI (level)": f"{_interval(s.ci_low, s.ci_high, UNBOUNDED)} ({s.level:.2%})",
+                     t_ci: _interval(s.t_low, s.t_high, UNBOUNDED), eq_ci: _interval(s.eq_low, s.eq_high, UNBOUNDED),
+                     bca_ci: _interval(s.bca_low, s.bca_high), "p": _num(s.p, ".3g"), "p Holm": _num(s.p_holm, ".3g"),
+                     "p perm": _num(s.p_perm, ".3g"), "p perm Holm": _num(s.p_perm_holm, ".3g"),
+                     "TOST p": _num(s.tost_p, ".3g"), "MDE": _num(s.mde, ".2f") if s.mde is not None else "∞",
+                     detect: str(s.seeds_to_detect), equivalence: str(s.seeds_for_equivalence), "verdict": s.verdict}
         columns = short if compact else full
         rows.append([cells.get(c, "") for c in columns])
     return Table(short if compact else full, rows, caption=f"aggregation `{name}`")
 
 
-def _verdict_notes(summary: dict) -> list[str]:
+def _verdict_notes(summary: Summary) -> list[str]:
     """What the verdict tables' columns are, and what the BCa intervals are worth at these seed counts."""
-    alpha, family = summary["alpha"], summary["holm_family"]
-    coverage = ", ".join(f"{share:.0%} at {seeds} seeds" for seeds, share in summary["bca_coverage_95"].items())
+    alpha, family = summary.alpha, summary.holm_family
+    coverage = ", ".join(f"{share:.0%} at {seeds} seeds" for seeds, share in summary.bca_coverage_95.items())
     return [
         f"Holm family: {family} arm(s) (every arm of the search, excluded or stopped ones included). `seeds`: the "
         "seeds an arm's mean and Δ both use (those it shares with the control; listed when fewer than the control's); "
@@ -105,42 +105,42 @@ def _verdict_notes(summary: dict) -> list[str]:
     ]
 
 
-def _rank_tables(summary: dict) -> list[Table]:
+def _rank_tables(summary: Summary) -> list[Table]:
     pairs = Table(["aggregations", "Spearman ρ", "Kendall τ"],
-                  [[pair, _num(r["spearman"], "+.3f"), _num(r["kendall"], "+.3f")] for pair, r in summary["rank_correlation"].items()],
+                  [[pair, _num(r.spearman, "+.3f"), _num(r.kendall, "+.3f")] for pair, r in summary.rank_correlation.items()],
                   caption="rank agreement of the arm means (control included) between aggregations")
     ranges = Table(["aggregation", "range (max − min of arm means)", "ranking (best first)"],
-                   [[name, _num(summary["range"][name], ".3f"), ", ".join(summary["ranking"][name])] for name in summary["aggregations"]])
+                   [[name, _num(summary.range[name], ".3f"), ", ".join(summary.ranking[name])] for name in summary.aggregations])
     return [pairs, ranges]
 
 
-def _leave_out_table(summary: dict) -> Table:
+def _leave_out_table(summary: Summary) -> Table:
     rows = []
-    for name, kinds in summary["robustness"].items():
+    for name, kinds in summary.robustness.items():
         for kind, r in kinds.items():
-            changes = {a: c for per in r["left_out"].values() for a, c in per["verdict_changes"].items()}
-            rows.append([name, {"lobo": "one benchmark", "lodo": "one domain"}[kind], _num(r["min_kendall"], "+.3f"),
-                         r["min_at"], ", ".join(f"{a} ({c})" for a, c in changes.items()) or "none"])
+            changes = {a: c for per in r.left_out.values() for a, c in per.verdict_changes.items()}
+            rows.append([name, {"lobo": "one benchmark", "lodo": "one domain"}[kind], _num(r.min_kendall, "+.3f"),
+                         r.min_at, ", ".join(f"{a} ({c})" for a, c in changes.items()) or "none"])
     return Table(["aggregation", "left out", "min Kendall τ", "at", "arms whose verdict changes"], rows,
                  caption="Kendall τ between the full ranking and the ranking with one benchmark / domain left out")
 
 
-def _best_table(summary: dict) -> Table:
-    names = summary["aggregations"]
-    arms = summary["ranking"][summary["primary"]]
-    prob = summary["prob_best"]
+def _best_table(summary: Summary) -> Table:
+    names = summary.aggregations
+    arms = summary.ranking[summary.primary]
+    prob = summary.prob_best
     rows = [[arm] + [_num(prob[n][arm], ".1%") if prob[n] else "—" for n in names] for arm in arms]
-    k = summary["flip_k_used"]
-    label = (f"winner-flip rate (subsets of {k} seeds, {summary['flip_subsets']} subsets)" if k
+    k = summary.flip_k_used
+    label = (f"winner-flip rate (subsets of {k} seeds, {summary.flip_subsets} subsets)" if k
              else "winner-flip rate (not computable: fewer than 2 seeds shared by all arms)")
-    rows.append([label] + [_num(summary["winner_flip_rate"][n], ".1%") for n in names])
+    rows.append([label] + [_num(summary.winner_flip_rate[n], ".1%") for n in names])
     return Table(["arm"] + names, rows, caption="probability of being best (joint seed bootstrap) and winner-flip rate")
 
 
-def _point_best(rec: dict, control: str) -> str:
+def _point_best(rec: Recommendation, control: str) -> str:
     """Which arms have the highest mean Δ: every one of them when several tie, or the control."""
-    top = rec["point_best"]
-    where = f"on `{rec['aggregation']}`"
+    top = rec.point_best
+    where = f"on `{rec.aggregation}`"
     if top == [control]:
         return f"No arm has a higher mean than the control {where}."
     named = ", ".join(f"`{a}`" + (" (control)" if a == control else "") for a in top)
@@ -149,29 +149,29 @@ def _point_best(rec: dict, control: str) -> str:
     return f"Highest mean {where}: {named} (never selected on the mean alone)."
 
 
-def sections(summary: dict, table: ScoreTable, figures: dict[str, Path]) -> list[Section]:
+def sections(summary: Summary, table: ScoreTable, figures: dict[str, Path]) -> list[Section]:
     """The report document, top to bottom."""
-    rec = summary["recommendation"]
-    source = ", ".join(f"{k}={v}" for k, v in summary["source"].items() if v)
+    rec = summary.recommendation
+    source = ", ".join(f"{k}={v}" for k, v in summary.source.items() if v)
     head = Section("Recommendation", [
-        f"**Recommended: `{rec['recommended']}`** ({'the control' if rec['is_control'] else 'credible winner'}) — {rec['reason']}.",
-        _point_best(rec, summary["control"]),
-        f"Control `{summary['control']}`; seeds {', '.join(map(str, summary['seeds']))}; aggregations "
-        f"{', '.join(summary['aggregations'])} (primary `{summary['primary']}`); equivalence margin "
-        f"±{summary['equivalence_margin']:g} points; α = {summary['alpha']}.",
-        f"Decision rule: {summary['decision_rule']}",
+        f"**Recommended: `{rec.recommended}`** ({'the control' if rec.is_control else 'credible winner'}) — {rec.reason}.",
+        _point_best(rec, summary.control),
+        f"Control `{summary.control}`; seeds {', '.join(map(str, summary.seeds))}; aggregations "
+        f"{', '.join(summary.aggregations)} (primary `{summary.primary}`); equivalence margin "
+        f"±{summary.equivalence_margin:g} points; α = {summary.alpha}.",
+        f"Decision rule: {summary.decision_rule}",
         f"Source: {source}.",
     ])
-    alpha = summary["alpha"]
-    out = [head, Section("Verdicts", _verdict_notes(summary), tables=[verdict_table(summary, n) for n in summary["aggregations"]]),
+    alpha = summary.alpha
+    out = [head, Section("Verdicts", _verdict_notes(summary), tables=[verdict_table(summary, n) for n in summary.aggregations]),
            Section("Forest plot", [f"Paired Δ vs the control, the intervals that decide: thin line the Holm-adjusted "
                                    f"interval at its level (better / worse when it excludes 0); thick bar the "
                                    f"{1 - 2 * alpha:.0%} interval (equivalent when inside the shaded ±margin band); an "
                                    f"arrow marks an unbounded end. The unadjusted t and BCa intervals are in the tables "
                                    f"only."], figures=["forest"])]
     if "curves" in figures:
-        out.append(Section("Learning curves", [f"Paired Δ on `{summary['primary']}` vs training step with its "
-                                               f"{1 - summary['alpha']:.0%} t-interval band."], figures=["curves"]))
+        out.append(Section("Learning curves", [f"Paired Δ on `{summary.primary}` vs training step with its "
+                                               f"{1 - summary.alpha:.0%} t-interval band."], figures=["curves"]))
     out += [
         Section("Probability of being best and winner flips", tables=[_best_table(summary)]),
         Section("Rank robustness across aggregations", tables=_rank_tables(summary)),
@@ -179,39 +179,39 @@ def sections(summary: dict, table: ScoreTable, figures: dict[str, Path]) -> list
         Section("Benchmarks", [f"Subset `{s}`: {', '.join(m)}" for s, m in table.bench.subsets.items()],
                 tables=[Table(["benchmark", "domain", "items"], [[b.name, b.domain, str(b.items)] for b in table.bench.benchmarks])]),
     ]
-    if summary["notes"]:
-        out.append(Section("Notes and exclusions", list(summary["notes"])))
+    if summary.notes:
+        out.append(Section("Notes and exclusions", list(summary.notes)))
     return out
 
 
 # ------------------------------------------------------------------------------------ figures
 
 
-def forest_plot(summary: dict, path: Path) -> Path:
+def forest_plot(summary: Summary, path: Path) -> Path:
     """Per aggregation (panel) and arm (row): Δ, the Holm-adjusted interval and the (1 - 2 alpha) TOST interval.
 
     The x-axis spans every finite end of both and the ±margin band; an unbounded end (None) is drawn
     to the panel's edge with an arrow.
     """
-    names = summary["aggregations"]
-    arms = [a for a in summary["ranking"][summary["primary"]] if a in summary["arms"]]
-    margin = summary["equivalence_margin"]
+    names = summary.aggregations
+    arms = [a for a in summary.ranking[summary.primary] if a in summary.arms]
+    margin = summary.equivalence_margin
     fig, axes = plt.subplots(1, len(names), figsize=(2.8 * len(names) + 1.6, 0.42 * len(arms) + 1.5), sharey=True, squeeze=False)
     for ax, name in zip(axes[0], names):
-        stats = [summary["arms"][arm][name] for arm in arms]
-        shown = [v for s in stats for v in (s["ci_low"], s["ci_high"], s["eq_low"], s["eq_high"], s["delta"]) if v is not None]
+        stats = [summary.arms[arm][name] for arm in arms]
+        shown = [v for s in stats for v in (s.ci_low, s.ci_high, s.eq_low, s.eq_high, s.delta) if v is not None]
         low, high = min(shown + [-margin]), max(shown + [margin])
         pad = 0.12 * (high - low)
         edges = (low - pad, high + pad)
         for y, s in enumerate(stats):
-            color = VERDICT_COLORS[s["verdict"]]
-            for (a, b), width in (((s["ci_low"], s["ci_high"]), 1), ((s["eq_low"], s["eq_high"]), 5)):
+            color = VERDICT_COLORS[s.verdict]
+            for (a, b), width in (((s.ci_low, s.ci_high), 1), ((s.eq_low, s.eq_high), 5)):
                 ends = (edges[0] if a is None else a, edges[1] if b is None else b)
                 ax.plot(ends, [y, y], color=color, lw=width, alpha=1.0 if width == 1 else 0.45, solid_capstyle="butt")
                 for end, missing, marker in ((ends[0], a is None, "<"), (ends[1], b is None, ">")):
                     if missing:
                         ax.plot(end, y, marker, color=color, ms=6)
-            ax.plot(s["delta"], y, "o", color=color, ms=5)
+            ax.plot(s.delta, y, "o", color=color, ms=5)
         ax.set_xlim(*edges)
         ax.axvspan(-margin, margin, color="#cccccc", alpha=0.35, lw=0)
         ax.axvline(0.0, color="black", lw=0.8)
@@ -227,19 +227,19 @@ def forest_plot(summary: dict, path: Path) -> Path:
     return path
 
 
-def learning_curves(summary: dict, path: Path) -> Path:
+def learning_curves(summary: Summary, path: Path) -> Path:
     """Paired Δ (primary aggregation) vs step per arm with its t-interval band."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for arm, points in summary["curves"].items():
-        steps = [p["step"] for p in points]
-        line, = ax.plot(steps, [p["delta"] for p in points], marker="o", ms=3, label=arm)
-        band = [[math.nan if p[k] is None else p[k] for p in points] for k in ("ci_low", "ci_high")]  # None: unbounded
+    for arm, points in summary.curves.items():
+        steps = [p.step for p in points]
+        line, = ax.plot(steps, [p.delta for p in points], marker="o", ms=3, label=arm)
+        band = [[math.nan if v is None else v for v in ends] for ends in ([p.ci_low for p in points], [p.ci_high for p in points])]  # None: unbounded
         ax.fill_between(steps, *band, color=line.get_color(), alpha=0.15)
-    margin = summary["equivalence_margin"]
+    margin = summary.equivalence_margin
     ax.axhspan(-margin, margin, color="#cccccc", alpha=0.35, lw=0)
     ax.axhline(0.0, color="black", lw=0.8)
     ax.set_xlabel("training step")
-    ax.set_ylabel(f"paired Δ {summary['primary']} vs {summary['control']} (points)")
+    ax.set_ylabel(f"paired Δ {summary.primary} vs {summary.control} (points)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -296,28 +296,28 @@ def html_document(parts: list[Section], figures: dict[str, Path]) -> str:
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
 
 
-def write_report(summary: dict, table: ScoreTable, out_dir: Path) -> dict[str, Path]:
+def write_report(summary: Summary, table: ScoreTable, out_dir: Path) -> dict[str, Path]:
     """Write summary.json, report.md, report.html, forest.png (+ curves.png) into out_dir."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = {"forest": forest_plot(summary, out_dir / "forest.png")}
-    if summary["curves"]:
+    if summary.curves:
         figures["curves"] = learning_curves(summary, out_dir / "curves.png")
     parts = sections(summary, table, figures)
     paths = {"summary": out_dir / "summary.json", "markdown": out_dir / "report.md", "html": out_dir / "report.html"}
-    paths["summary"].write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+    paths["summary"].write_text(summary.to_json())
     paths["markdown"].write_text(markdown(parts, figures))
     paths["html"].write_text(html_document(parts, figures))
     return {**paths, **figures}
 
 
-def print_summary(summary: dict, console: Console | None = None) -> None:
+def print_summary(summary: Summary, console: Console | None = None) -> None:
     """Console summary: verdicts on the primary aggregation, recommendation, rank agreement, ranges."""
     console = console or Console(width=None if sys.stdout.isatty() else 150)
-    for table in [verdict_table(summary, summary["primary"], compact=True), *_rank_tables(summary)]:
+    for table in [verdict_table(summary, summary.primary, compact=True), *_rank_tables(summary)]:
         rich = RichTable(*table.columns, title=table.caption.replace("`", ""))
         for row in table.rows:
             rich.add_row(*(escape(cell) for cell in row))
         console.print(rich)
-    rec = summary["recommendation"]
-    console.print(f"[bold]recommended:[/bold] {escape(rec['recommended'])} — {escape(rec['reason'])}")
+    rec = summary.recommendation
+    console.print(f"[bold]recommended:[/bold] {escape(rec.recommended)} — {escape(rec.reason)}")

@@ -5,7 +5,7 @@
     python -m tune_dfrl.report runs=OUT                  # a search's output directory (results.jsonl)
     python -m tune_dfrl.report experiment=NAME mlflow.tracking_uri=sqlite:////abs/mlflow.db
 
-`analyze(table, control, ...)` returns the `summary.json` dict. Per arm and aggregation it holds
+`analyze(table, control, ...)` returns the `summary.json` content (`tune_dfrl.schema.Summary`). Per arm and aggregation it holds
 the paired statistics of `tune_dfrl.stats.paired_verdicts` and the power figures; the Holm family
 is every arm of the table (excluded ones too) or the whole search (`family_size`), separately per
 aggregation, and the leave-one-out re-tests use that same family. The recommendation follows
@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tune_dfrl.aggregate import aggregate, aggregation_list, check_aggregations, default_aggregations, members
 from tune_dfrl.ledger import PairedLedger
 from tune_dfrl.render import print_summary, write_report
+from tune_dfrl.schema import Summary, aggregate, aggregation_list, check_aggregations, default_aggregations, members
 from tune_dfrl.scores import BenchmarkSet, Runs, ScoreTable, load_csv, load_mlflow, load_results
 from tune_dfrl.stats import (
     BCA_COVERAGE_95,
@@ -167,19 +167,6 @@ def _curves(table: ScoreTable, name: str, control: str, arms: list[str], alpha: 
     return curves
 
 
-def _clean(value: Any) -> Any:
-    """JSON-safe copy: numpy scalars to Python, NaN/inf to None."""
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if np.isfinite(value) else None
-    return value
-
-
 def _flip_size(flip_k: int, common: int, notes: list[str]) -> int | None:
     """Seed-subset size of the winner-flip rate: flip_k, reduced to common - 1 when the arms share too few
     seeds (a note says so); None when they share fewer than 2."""
@@ -194,8 +181,8 @@ def _flip_size(flip_k: int, common: int, notes: list[str]) -> int | None:
 
 
 def analyze(table: ScoreTable, control: str, aggregations: list[str] | str | None = None, delta: float = 1.0,
-            alpha: float = 0.05, seed: int = 0, flip_k: int = 3, family_size: int | None = None) -> dict:
-    """The summary.json dict of a score table (module docstring); deterministic under `seed`.
+            alpha: float = 0.05, seed: int = 0, flip_k: int = 3, family_size: int | None = None) -> Summary:
+    """The summary.json content of a score table (module docstring); deterministic under `seed`.
 
     `family_size`: the Holm family when the table holds only some arms of a search (the others
     stopped early); by default every arm of the table but the control, excluded ones included.
@@ -291,7 +278,7 @@ def analyze(table: ScoreTable, control: str, aggregations: list[str] | str | Non
         "excluded": excluded,
         "notes": notes,
     }
-    return _clean(summary)
+    return Summary.from_dict(summary)
 
 
 def log_report(paths: dict[str, Path], run_id: str, tracking_uri: str | None = None) -> None:

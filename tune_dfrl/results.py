@@ -26,10 +26,7 @@ from typing import Any
 from ray.tune import Callback
 
 from tune_dfrl.ledger import PairedLedger
-
-# Prefix of a flat result key (`Milestone.flat`) -> field of the results line.
-RESULT_PREFIXES = {"acc/": "accuracy", "len/": "length_chars", "fmt_fail/": "format_failure",
-                   "score/": "aggregates", "train/": "train"}
+from tune_dfrl.schema import RESULT_PREFIXES
 
 
 def milestone_record(arm: Mapping[str, Any], seed: int, result: Mapping[str, Any]) -> dict[str, Any]:

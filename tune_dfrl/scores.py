@@ -36,10 +36,9 @@ import yaml
 
 from tune_dfrl.backend import BenchmarkInfo
 from tune_dfrl.ledger import PairedLedger
+from tune_dfrl.schema import ACCURACY, BUILTIN_AGGREGATIONS, LENGTH
 
-BUILTIN_AGGREGATIONS = ("db", "macro", "item", "efficiency")
 DATAFLEX_BENCHMARKS = Path(__file__).with_name("benchmarks_dataflex.yaml")
-LENGTH_PREFIX = "len/"
 MAX_LISTED = 8  # how many offending cells an error message lists
 
 
@@ -338,14 +337,14 @@ def load_csv(path: str | Path, bench: BenchmarkSet | None = None, filters: Mappi
             count = int((raw[run] == example[run]).all(axis=1).sum())
             raise ValueError(f"{source}: run {dict(example[run])} appears in {count} rows of the selection; "
                              f"add filters to select one slice (columns: {', '.join(raw.columns)})")
-        length_columns = [LENGTH_PREFIX + b for b in bench.names if LENGTH_PREFIX + b in raw]
+        length_columns = [LENGTH + b for b in bench.names if LENGTH + b in raw]
         if length_columns and len(length_columns) != len(bench.names):
             raise ValueError(f"{source} has length columns for some benchmarks only ({length_columns}); give all or none")
         wide = _numeric(raw, bench.names + length_columns, source, label)
         frame = wide.melt(id_vars=run, value_vars=bench.names, var_name="benchmark", value_name="score")
         if length_columns:
             lengths = wide.melt(id_vars=run, value_vars=length_columns, var_name="benchmark", value_name="length_chars")
-            lengths["benchmark"] = lengths["benchmark"].str.removeprefix(LENGTH_PREFIX)
+            lengths["benchmark"] = lengths["benchmark"].str.removeprefix(LENGTH)
             frame = frame.merge(lengths, on=run + ["benchmark"])
     frame = frame.rename(columns={arm_column: "arm"})
     origin = {"kind": "csv", "path": source, "filters": " ".join(f"{k}={v}" for k, v in (filters or {}).items())}
@@ -472,13 +471,13 @@ def load_mlflow(experiment: str, tracking_uri: str | None = None, bench: Benchma
         if missing:
             raise ValueError(f"seed run {run.info.run_id} lacks tags {missing}; seed runs need arm_id, arm_label, seed")
         lengths = {(m.key, m.step): m.value for name in bench.names
-                   for m in client.get_metric_history(run.info.run_id, LENGTH_PREFIX + name)}
+                   for m in client.get_metric_history(run.info.run_id, LENGTH + name)}
         for name in bench.names:
-            for metric in client.get_metric_history(run.info.run_id, f"acc/{name}"):
+            for metric in client.get_metric_history(run.info.run_id, ACCURACY + name):
                 rows.append({"arm_id": tags["arm_id"], "label": tags.get("arm_label") or tags["arm_id"],
                              "method": tags.get("method", ""), "parent_run_id": tags.get("mlflow.parentRunId", ""),
                              "seed": tags["seed"], "step": metric.step, "benchmark": name, "score": metric.value,
-                             "length_chars": lengths.get((LENGTH_PREFIX + name, metric.step), np.nan)})
+                             "length_chars": lengths.get((LENGTH + name, metric.step), np.nan)})
     if not rows:
         raise ValueError(f"experiment {experiment!r}: no seed run has acc/<benchmark> metrics for {', '.join(bench.names)}")
     return _table_from_arm_rows(pd.DataFrame(rows), bench, origin)

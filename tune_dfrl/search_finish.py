@@ -10,12 +10,12 @@ it, and `resume=true retry_failed=true` trains failed cells again.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from tune_dfrl.results import read_records
+from tune_dfrl.schema import Recommendation, Summary, default_aggregations
 from tune_dfrl.search_plan import Plan
 from tune_dfrl.tracking import ui_command
 
@@ -30,7 +30,7 @@ def resume_hint(out: Path, extra: str = "") -> str:
     return f"run the same command with resume=true{extra} out={out}"
 
 
-def finish(plan: Plan, tracker: Any, scheduler: Any, results_log: Any, searcher: Any) -> dict[str, Any]:
+def finish(plan: Plan, tracker: Any, scheduler: Any, results_log: Any, searcher: Any) -> Summary:
     """Report the search (OUT/report, OUT/summary.json, MLflow), or raise SearchFailed saying what to do."""
     results = plan.out / "results.jsonl"
     if results_log.error is not None:
@@ -52,10 +52,9 @@ def finish(plan: Plan, tracker: Any, scheduler: Any, results_log: Any, searcher:
                            f"holds every milestone: `python -m tune_dfrl.report runs={plan.out}` re-renders the report") from error
 
 
-def _report(plan: Plan, tracker: Any, scheduler: Any) -> dict[str, Any]:
+def _report(plan: Plan, tracker: Any, scheduler: Any) -> Summary:
     """Analyse the arms that ran their full budget on the seeds that did not fail; note the stopped arms and the
     failed seeds; save, log and print the report."""
-    from tune_dfrl.aggregate import default_aggregations
     from tune_dfrl.report import analyze, print_summary, write_report
     from tune_dfrl.scores import load_results
 
@@ -77,12 +76,10 @@ def _report(plan: Plan, tracker: Any, scheduler: Any) -> dict[str, Any]:
     defaults = default_aggregations(table.bench, table.has_lengths)
     aggregations = [plan.aggregate] + [a for a in defaults if a != plan.aggregate]
     family = len(complete) - 1 + len(stopped)  # Holm family: every searched arm, stopped ones as untested hypotheses
-    summary = analyze(table, control, aggregations, report.delta, report.alpha, report.seed, report.flip_k,
-                      family_size=family)
-    summary["stopped"] = stop_notes
-    summary["failed"] = failed
+    summary = replace(analyze(table, control, aggregations, report.delta, report.alpha, report.seed, report.flip_k,
+                              family_size=family), stopped=stop_notes, failed=failed)
     paths = write_report(summary, table, plan.out / "report")
-    (plan.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (plan.out / "summary.json").write_text(summary.to_json())
     arm_ids = {arm: info.get("arm_id", "") for arm, info in table.arm_info.items()}
     tracker.call("finish", summary, arm_ids, plan.aggregate, plan.out / "report")
     print_summary(summary)
@@ -122,12 +119,12 @@ def _without_failed_cells(table: Any, failures: list[dict[str, Any]], final: int
     return replace(table, frame=table.frame[keep], notes=table.notes + notes), failed
 
 
-def _control_only(plan: Plan, tracker: Any, control: str, stop_notes: dict[str, str]) -> dict[str, Any]:
+def _control_only(plan: Plan, tracker: Any, control: str, stop_notes: dict[str, str]) -> Summary:
     """Every searched arm was stopped at a rung: nothing to compare at the full budget; keep the control."""
     reason = "every searched arm was stopped by the scheduler at a rung; keep the control"
-    summary = {"control": control, "seeds": list(plan.seeds), "primary": plan.aggregate, "arms": {}, "stopped": stop_notes,
-               "recommendation": {"recommended": control, "is_control": True, "reason": reason}, "notes": list(stop_notes.values())}
-    (plan.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    summary = Summary(control, list(plan.seeds), plan.aggregate, Recommendation(control, True, reason, plan.aggregate),
+                      stopped=stop_notes, notes=list(stop_notes.values()))
+    (plan.out / "summary.json").write_text(summary.to_json())
     tracker.call("close", "FINISHED")
     print(f"recommended: {control} — {reason}")
     print(f"summary: {plan.out / 'summary.json'}\nbrowse:  {ui_command(plan.tracking_uri)}")

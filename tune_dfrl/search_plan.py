@@ -23,6 +23,7 @@ from tune_dfrl.backend import ArmSpec, Backend
 from tune_dfrl.backends import backend_errors, get_backend
 from tune_dfrl.control_cache import default_cache_root
 from tune_dfrl.resume import LOCK, check_folder_free, describe_differences
+from tune_dfrl.schema import BUILTIN_AGGREGATIONS, SCORE
 from tune_dfrl.services import (check_folder, check_ray_address, check_sqlite_file, check_tracking_uri, ray_address,
                                 sqlite_path)
 from tune_dfrl.settings import (RaySettings, ReportSettings, SchedulerSettings, SearcherSettings,
@@ -31,8 +32,6 @@ from tune_dfrl.spaces import ArmFactory, SearchSpace, available_spaces, recipe_h
 from tune_dfrl.tracking import default_tracking_uri
 from tune_dfrl.trial import PlantedFault
 
-METRIC_PREFIX = "score/"
-AGGREGATIONS = ("db", "macro", "item", "efficiency")  # DESIGN §6; named benchmark subsets add their own
 OPTUNA_DB = "optuna.db"
 GROUPS = ("space", "backend")  # config groups; every other top-level key is a `SearchSettings` field
 
@@ -70,7 +69,7 @@ class Plan:
 
     @property
     def metric(self) -> str:
-        return METRIC_PREFIX + self.aggregate
+        return SCORE + self.aggregate
 
     @property
     def total_cells(self) -> int:
@@ -150,7 +149,7 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
 
     space = SearchSpace.from_mapping(dict(cfg["space"]), int(recipe["rollout_n"]))
     seeds = tuple(range(settings.seeds)) if isinstance(settings.seeds, int) else tuple(settings.seeds)
-    aggregations = [*AGGREGATIONS, *(recipe.get("subsets") or {})]
+    aggregations = [*BUILTIN_AGGREGATIONS, *(recipe.get("subsets") or {})]
     if settings.metric not in aggregations:
         raise SearchError(f"metric={settings.metric!r}: allowed (aggregations the backend reports): {', '.join(aggregations)}")
 

@@ -33,6 +33,7 @@ from tune_dfrl.control_cache import ControlCache
 from tune_dfrl.guarded import Guarded
 from tune_dfrl.resume import attempts_log, hold_folder, start_attempt, state_dir
 from tune_dfrl.results import read_records, repair_log, write_records
+from tune_dfrl.schema import Summary
 from tune_dfrl.search_finish import finish, resume_hint
 from tune_dfrl.search_plan import OPTUNA_DB, Plan, SearchError, check_out, save_plan
 from tune_dfrl.trial import MILESTONES, cell_dir
@@ -98,7 +99,7 @@ def calibrate(backend: Backend) -> None:
         raise SearchError(f"calibration smoke test failed; refusing to start the search:\n  {lines}")
 
 
-def run_search(plan: Plan) -> dict[str, Any]:
+def run_search(plan: Plan) -> Summary:
     """Run a planned search to the end; returns the report summary (also in OUT/summary.json)."""
     replaced = handle_interrupts()
     try:
@@ -117,7 +118,7 @@ def run_search(plan: Plan) -> dict[str, Any]:
             signal.signal(sig, handler)
 
 
-def _run(plan: Plan) -> dict[str, Any]:
+def _run(plan: Plan) -> Summary:
     import optuna
     import ray
     from ray import tune

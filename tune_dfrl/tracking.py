@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from ray.tune import Callback
 from tune_dfrl.backend import BenchmarkInfo
 from tune_dfrl.ledger import PairedLedger
 from tune_dfrl.scheduler import ArmDecision
-from tune_dfrl.results import RESULT_PREFIXES
+from tune_dfrl.schema import RESULT_PREFIXES, SCORE, Summary
 
 ROLE = "tune_dfrl.role"
 MAX_PARAM_CHARS = 6000
@@ -178,31 +179,28 @@ class SearchTracker(Callback):
 
     # -- after the search -------------------------------------------------------------------------
 
-    def finish(self, summary: Mapping[str, Any], arm_ids: Mapping[str, str], primary: str, report_dir: Path) -> None:
+    def finish(self, summary: Summary, arm_ids: Mapping[str, str], primary: str, report_dir: Path) -> None:
         """Summary metrics and verdict on every arm run; the report on the search run; close all runs.
 
         `arm_ids` maps the report's arm names to arm ids; `primary` is the aggregation whose verdict
         becomes the `verdict` tag.
         """
         now = int(time.time() * 1000)
-        for name, by_agg in summary["arms"].items():
+        for name, by_agg in summary.arms.items():
             run_id = self.arm_runs.get(arm_ids.get(name, ""))
             if run_id is None:
                 continue
             metrics, tags = [], []
             for agg, figures in by_agg.items():
                 for key, stat in (("paired_delta", "delta"), ("ci_low", "ci_low"), ("ci_high", "ci_high"), ("mean", "mean"), ("p_holm", "p_holm")):
-                    if figures.get(stat) is not None:
-                        metrics.append(Metric(f"{key}_{agg}", float(figures[stat]), now, 0))
-                if figures.get("verdict"):
-                    tags.append(RunTag(f"verdict_{agg}", str(figures["verdict"])))
-            if by_agg.get(primary, {}).get("verdict"):
-                tags.append(RunTag("verdict", str(by_agg[primary]["verdict"])))
+                    if getattr(figures, stat) is not None:
+                        metrics.append(Metric(f"{key}_{agg}", float(getattr(figures, stat)), now, 0))
+                tags.append(RunTag(f"verdict_{agg}", figures.verdict))
+            if primary in by_agg:
+                tags.append(RunTag("verdict", by_agg[primary].verdict))
             self.client.log_batch(run_id, metrics=metrics, tags=tags)
         self.client.log_artifacts(self.search_run_id, str(report_dir), "report")
-        recommendation = summary.get("recommendation")
-        if recommendation is not None:
-            self.client.set_tag(self.search_run_id, "recommendation", json.dumps(recommendation)[:MAX_PARAM_CHARS])
+        self.client.set_tag(self.search_run_id, "recommendation", json.dumps(asdict(summary.recommendation))[:MAX_PARAM_CHARS])
         self.close("FINISHED")
 
     def close(self, status: str) -> None:

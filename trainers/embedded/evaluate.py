@@ -1,13 +1,9 @@
-"""Greedy evaluation on the benchmarks and the aggregates of DESIGN §6.
+"""Greedy evaluation on the benchmarks.
 
 Per benchmark b with items i: accuracy_b = 100 * mean_i verify(i, response_i), length_b = mean
 response characters (text before eos), format_failure_b = fraction of responses that do not
-parse (malformed or without eos). Aggregates over the evaluated benchmarks:
-
-    db         = mean over domains d of (mean over d's benchmarks of accuracy_b)
-    macro      = mean over benchmarks of accuracy_b
-    item       = 100 * sum_b correct_b / sum_b items_b
-    efficiency = 1000 * sum_b correct_b / sum_b characters_b   (correct answers per 1000 characters)
+parse (malformed or without eos). The aggregates over the evaluated benchmarks are those of
+`tune_dfrl.schema` (DESIGN §6).
 """
 
 from __future__ import annotations
@@ -17,6 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
+
+from tune_dfrl.schema import milestone_aggregates
+from tune_dfrl.scores import BenchmarkSet
 
 from .benchmarks import Benchmark
 from .model import decode_responses, encode_items
@@ -52,23 +51,15 @@ class EvalResult:
 
 
 def aggregate(benchmarks: list[Benchmark], scored: list[Scored]) -> EvalResult:
-    """Per-benchmark figures and the db / macro / item / efficiency aggregates."""
+    """Per-benchmark figures and their aggregates (`tune_dfrl.schema.milestone_aggregates`)."""
     accuracy = {b.name: 100.0 * float(s.correct.mean()) for b, s in zip(benchmarks, scored)}
-    by_domain: dict[str, list[float]] = {}
-    for b in benchmarks:
-        by_domain.setdefault(b.domain, []).append(accuracy[b.name])
-    correct = sum(int(s.correct.sum()) for s in scored)
-    chars = sum(float(s.chars.sum()) for s in scored)
+    length_chars = {b.name: float(s.chars.mean()) for b, s in zip(benchmarks, scored)}
+    bench = BenchmarkSet(tuple(b.info() for b in benchmarks))
     return EvalResult(
         accuracy=accuracy,
-        length_chars={b.name: float(s.chars.mean()) for b, s in zip(benchmarks, scored)},
+        length_chars=length_chars,
         format_failure={b.name: 1.0 - float(s.well_formed.mean()) for b, s in zip(benchmarks, scored)},
-        aggregates={
-            "db": float(np.mean([np.mean(v) for v in by_domain.values()])),
-            "macro": float(np.mean(list(accuracy.values()))),
-            "item": 100.0 * correct / sum(len(s.correct) for s in scored),
-            "efficiency": 1000.0 * correct / max(chars, 1.0),
-        },
+        aggregates=milestone_aggregates(accuracy, length_chars, bench),
     )
 
 

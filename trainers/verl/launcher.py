@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from tune_dfrl.aggregate import aggregate, default_aggregations
 from tune_dfrl.backend import Milestone
+from tune_dfrl.schema import milestone_aggregates
 from tune_dfrl.scores import BenchmarkSet
 
 from .recipe import BenchmarkSource
@@ -138,7 +138,7 @@ class MilestoneReader:
     Accuracy (%) = 100 x the mean of the core variable (`acc`, else `reward`) over the
     validation responses of the benchmark's data_source; response length (characters) and
     format failures (fraction) from `length_chars` and `format_fail`; aggregates from
-    `tune_dfrl.aggregate`. Training metrics (`TRAIN_METRICS`) are averaged over the steps
+    `tune_dfrl.schema`. Training metrics (`TRAIN_METRICS`) are averaged over the steps
     since the previous milestone.
     """
 
@@ -160,7 +160,7 @@ class MilestoneReader:
         accuracy = {s.name: 100.0 * values["core", s.data_source] for s in self.sources}
         length = {s.name: values[k] for s in self.sources if (k := ("length_chars", s.data_source)) in values}
         failures = {s.name: values[k] for s in self.sources if (k := ("format_fail", s.data_source)) in values}
-        milestone = Milestone(step, accuracy, length, failures, self._aggregates(accuracy, length), self._train())
+        milestone = Milestone(step, accuracy, length, failures, milestone_aggregates(accuracy, length, self.bench), self._train())
         self.train.clear()
         return milestone
 
@@ -176,13 +176,6 @@ class MilestoneReader:
             if slot not in best or n > best[slot][0]:
                 best[slot] = (n, float(value))
         return {slot: value for slot, (_, value) in best.items()}
-
-    def _aggregates(self, accuracy: dict[str, float], length: dict[str, float]) -> dict[str, float]:
-        has_lengths = len(length) == len(self.sources)
-        acc = np.array([accuracy[name] for name in self.bench.names])
-        chars = np.array([length[name] for name in self.bench.names]) if has_lengths else None
-        return {name: float(aggregate(acc, name, self.bench, chars))
-                for name in default_aggregations(self.bench, has_lengths)}
 
     def _train(self) -> dict[str, float]:
         return {key: float(np.mean(values)) for key, values in self.train.items()}
