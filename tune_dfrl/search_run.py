@@ -232,7 +232,7 @@ def _close_within(tracker: Guarded, status: str, timeout_s: float) -> None:
 def _carry_over(plan: Plan, searcher: Any, scheduler: Any, progress: Any) -> None:
     """A resumed search continues the stored searcher and rung book; progress starts from what ended before.
     With `retry_failed`, the cells that failed, and those of arms stopped for want of a seed to pair, run again."""
-    from tune_dfrl.pairing import FAILED, STOPPED
+    from tune_dfrl.ledger import FAILED, STOPPED
 
     state = state_dir(plan.out)
     book = getattr(scheduler, "book", None)
