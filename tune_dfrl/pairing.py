@@ -10,6 +10,12 @@ passed on here to every inner trial of the arm.
 With a `state_path`, the searcher's whole state (arms suggested, ledger, what Optuna was told, and
 the inner searcher with its study) is rewritten there atomically after every event, so a driver
 killed at any moment leaves a consistent state that `resume` continues from.
+
+With a `sequential` rule (seeds=auto) every arm and the control start on the rule's starting seeds;
+when every cell handed out has ended and no arm is left to suggest, `tune_dfrl.seed_batches` takes
+a look and the open arms and the control get the next batch of seeds (`on_look` receives the
+history after each look). Optuna is told once per arm, on the starting seeds; later seeds do not
+tell it again. No arm is suggested after the first look (a resume may not add arms then).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from tune_dfrl.backend import ArmSpec
 from tune_dfrl.feedback import FAIL, INTERMEDIATE, OptunaFeedback, Told
 from tune_dfrl.ledger import FAILED, PairedLedger
 from tune_dfrl.resume import save_atomically
+from tune_dfrl.seed_batches import SeedBatches
+from tune_dfrl.sequential import SequentialRule
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +66,12 @@ class PairedRepeater(Searcher):
         metric: str,
         max_duplicates: int = 50,
         state_path: Path | None = None,
+        sequential: SequentialRule | None = None,
+        on_look: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         super().__init__(metric=metric, mode="max")
         self.state_path = state_path
+        self.on_look = on_look
         self.searcher = searcher
         self._make_arm = make_arm
         self.control = control
@@ -69,6 +80,7 @@ class PairedRepeater(Searcher):
         self.max_duplicates = max_duplicates
         self.ledger = PairedLedger(control.arm_id)
         self.feedback = OptunaFeedback(self.ledger, self.seeds, final_step)
+        self.batches = SeedBatches(sequential, control.arm_id) if sequential is not None else None
         self.arms: dict[str, ArmSpec] = {}  # arm id -> arm, in order of first suggestion (control first)
         self._queue: list[dict[str, Any]] = []  # configs still to hand out
         self._optuna_ids: dict[str, list[str]] = {}  # arm id -> inner trial ids (first one + duplicates)
@@ -94,8 +106,10 @@ class PairedRepeater(Searcher):
         actors only while the search is unfinished, and paused trials resume on them.
         """
         if not self._queue and not self._enqueue_next_arm():
-            ended = all(seed in self.ledger.ends(arm_id) for arm_id, seed in self._cells.values())
-            return Searcher.FINISHED if ended else None  # (cells ended before a resume are not handed out again)
+            if not all(seed in self.ledger.ends(arm_id) for arm_id, seed in self._cells.values()):
+                return None  # (cells ended before a resume are not handed out again)
+            if not self._next_batch():
+                return Searcher.FINISHED
         config = self._queue.pop(0)
         self._cells[trial_id] = (config["arm"]["arm_id"], config["seed"])
         self._persist()
@@ -114,7 +128,7 @@ class PairedRepeater(Searcher):
         self._persist()
 
     def get_state(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("searcher", "_make_arm", "state_path")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("searcher", "_make_arm", "state_path", "on_look")}
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -142,9 +156,13 @@ class PairedRepeater(Searcher):
                 if run_again(arm_id, seed, end):
                     self.ledger.reopen(arm_id, seed)
         self._queue = [arm_config(arm, seed) for arm_id, arm in self.arms.items()
-                       for seed in self.seeds if seed not in self.ledger.ends(arm_id)]
+                       for seed in self.seeds_of(arm_id) if seed not in self.ledger.ends(arm_id)]
 
     # -- what the driver and tests read ---------------------------------------------------------
+
+    def seeds_of(self, arm_id: str) -> tuple[int, ...]:
+        """The seeds handed to `arm_id`: the search's seeds, or under seeds=auto its starting seeds and batches."""
+        return self.batches.seeds_of(arm_id) if self.batches is not None else self.seeds
 
     def cells_of(self, arm_id: str) -> dict[int, str]:
         """seed -> finished | stopped | failed, for the seeds of `arm_id` that ended."""
@@ -165,7 +183,7 @@ class PairedRepeater(Searcher):
         """Queue the next distinct arm's seeds (the control first); False when the search is over."""
         if not self.arms:
             return self._enqueue(self.control, inner_id=None)
-        if len(self.arms) - 1 >= self.n_arms or self._exhausted or self.control_failed():
+        if len(self.arms) - 1 >= self.n_arms or self._exhausted or self.control_failed() or self._looked():
             return False
         for _ in range(self.max_duplicates):
             inner_id = f"arm{self._suggested:04d}"
@@ -190,8 +208,27 @@ class PairedRepeater(Searcher):
         if inner_id is not None:
             self._optuna_ids.setdefault(arm.arm_id, []).append(inner_id)
             self.feedback.add(arm.arm_id)
-        self._queue.extend(arm_config(arm, seed) for seed in self.seeds)
+        self._queue.extend(arm_config(arm, seed) for seed in self.seeds_of(arm.arm_id))
         return True
+
+    def _looked(self) -> bool:
+        return self.batches is not None and bool(self.batches.looks)
+
+    def _next_batch(self) -> bool:
+        """seeds=auto, every cell ended: take the next look; queue the new seeds of the open arms and the control."""
+        if self.batches is None or self.batches.finished:
+            return False
+        searched = [arm_id for arm_id in self.arms if arm_id != self.control.arm_id]
+        look = self.batches.look(self.ledger, searched, self.feedback.final_step)
+        log.info("sequential look %d at %d seeds: %s; next seeds %s", look.number, look.seeds,
+                 {arm: state.status for arm, state in look.states.items()}, list(look.next_seeds))
+        open_arms = [arm_id for arm_id, state in look.states.items() if state.status == "open"]
+        self._queue = [arm_config(self.arms[arm_id], seed) for arm_id in [self.control.arm_id, *open_arms]
+                       for seed in look.next_seeds]
+        self._persist()
+        if self.on_look is not None:
+            self.on_look({**self.batches.history(), "labels": {arm_id: arm.label for arm_id, arm in self.arms.items()}})
+        return bool(self._queue)
 
     def _tell(self, told: list[Told]) -> None:
         """Pass each event on to every inner trial of its arm (an outcome once per inner trial)."""

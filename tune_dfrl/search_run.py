@@ -34,7 +34,7 @@ from tune_dfrl.guarded import Guarded
 from tune_dfrl.resume import attempts_log, hold_folder, start_attempt, state_dir
 from tune_dfrl.results import read_records, repair_log, write_records
 from tune_dfrl.search_finish import finish, resume_hint
-from tune_dfrl.search_plan import OPTUNA_DB, Plan, SearchError, check_out, save_plan
+from tune_dfrl.search_plan import OPTUNA_DB, SEQUENTIAL, Plan, SearchError, check_out, save_plan
 from tune_dfrl.trial import MILESTONES, cell_dir
 
 OPTUNA_STUDY = "tune_dfrl"  # study name in OUT/optuna.db: one trial per distinct arm, valued by its mean paired delta
@@ -142,7 +142,8 @@ def _run(plan: Plan) -> dict[str, Any]:
     with backend_errors(plan.backend_name, "list its benchmarks"):
         benchmarks = evaluated_benchmarks(plan.backend, plan.recipe)
     (out / "benchmarks.json").write_text(json.dumps([asdict(b) for b in benchmarks], indent=2))
-    print(f"search {plan.space.name}: {plan.n_arms} arms + control x {len(plan.seeds)} seeds, "
+    seeds = f"seeds=auto ({plan.sequential.start} to {plan.sequential.max})" if plan.sequential else f"{len(plan.seeds)} seeds"
+    print(f"search {plan.space.name}: {plan.n_arms} arms + control x {seeds}, "
           f"{plan.scheduler.name} at steps {list(plan.milestones)}; output in {out}"
           + (f" (resumed, attempt {attempt})" if plan.resume else ""), flush=True)
     began = time.monotonic()
@@ -168,8 +169,13 @@ def _run(plan: Plan) -> dict[str, Any]:
     inner = OptunaSearch(space=plan.space.sampler(), metric=INNER_METRIC, mode="max", sampler=sampler,
                          storage=storage, study_name=OPTUNA_STUDY)
     state = state_dir(out)
+    def on_look(history: dict[str, Any]) -> None:
+        (out / SEQUENTIAL).write_text(json.dumps(history, indent=2))
+        tracker.call("note_look", history)
+
     searcher = PairedRepeater(inner, plan.make_arm, plan.control, plan.seeds, plan.n_arms, max(plan.milestones),
-                              plan.metric, plan.searcher.max_duplicates, state_path=state / "searcher.pkl")
+                              plan.metric, plan.searcher.max_duplicates, state_path=state / "searcher.pkl",
+                              sequential=plan.sequential, on_look=on_look)
     scheduler = make_scheduler(plan.scheduler, metric=plan.metric, control=plan.control.arm_id, seeds=plan.seeds,
                                milestones=plan.milestones, on_decision=on_decision, state_path=state / "scheduler.pkl")
     if plan.resume:
@@ -256,7 +262,7 @@ def _carry_over(plan: Plan, searcher: Any, scheduler: Any, progress: Any) -> Non
 def _seed_control_cells(plan: Plan, cache: ControlCache) -> None:
     """Control seeds found in the cache get their milestone log from it: their trials replay it instead of training.
     A cache that cannot be read is reported once and left alone (the control is trained)."""
-    for seed in plan.seeds:
+    for seed in plan.possible_seeds:
         log = cell_dir(plan.out / "cells", plan.control.arm_id, seed) / MILESTONES
         try:
             cached = cache.get(seed)
