@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from tune_dfrl.results import read_records
-from tune_dfrl.search_plan import SEQUENTIAL, Plan
+from tune_dfrl.search_plan import Plan
+from tune_dfrl.seed_batches import HISTORY_FILE
 from tune_dfrl.tracking import ui_command
 
 MIN_PAIRED_SEEDS = 2  # a paired interval needs 2 seeds shared with the control
@@ -81,8 +82,8 @@ def _report(plan: Plan, tracker: Any, scheduler: Any) -> dict[str, Any]:
                       family_size=family)
     summary["stopped"] = stop_notes
     summary["failed"] = failed
-    if (plan.out / SEQUENTIAL).exists():
-        summary["sequential"] = json.loads((plan.out / SEQUENTIAL).read_text())
+    if (plan.out / HISTORY_FILE).exists():
+        summary["sequential"] = json.loads((plan.out / HISTORY_FILE).read_text())
     paths = write_report(summary, table, plan.out / "report")
     (plan.out / "summary.json").write_text(json.dumps(summary, indent=2))
     arm_ids = {arm: info.get("arm_id", "") for arm, info in table.arm_info.items()}

@@ -35,7 +35,6 @@ from tune_dfrl.trial import PlantedFault
 METRIC_PREFIX = "score/"
 AGGREGATIONS = ("db", "macro", "item", "efficiency")  # DESIGN §6; named benchmark subsets add their own
 OPTUNA_DB = "optuna.db"
-SEQUENTIAL = "sequential.json"  # seeds=auto: the looks (`tune_dfrl.seed_batches.SeedBatches.history`)
 GROUPS = ("space", "backend")  # config groups; every other top-level key is a `SearchSettings` field
 
 

@@ -34,7 +34,8 @@ from tune_dfrl.guarded import Guarded
 from tune_dfrl.resume import attempts_log, hold_folder, start_attempt, state_dir
 from tune_dfrl.results import read_records, repair_log, write_records
 from tune_dfrl.search_finish import finish, resume_hint
-from tune_dfrl.search_plan import OPTUNA_DB, SEQUENTIAL, Plan, SearchError, check_out, save_plan
+from tune_dfrl.search_plan import OPTUNA_DB, Plan, SearchError, check_out, save_plan
+from tune_dfrl.seed_batches import HISTORY_FILE
 from tune_dfrl.trial import MILESTONES, cell_dir
 
 OPTUNA_STUDY = "tune_dfrl"  # study name in OUT/optuna.db: one trial per distinct arm, valued by its mean paired delta
@@ -170,7 +171,7 @@ def _run(plan: Plan) -> dict[str, Any]:
                          storage=storage, study_name=OPTUNA_STUDY)
     state = state_dir(out)
     def on_look(history: dict[str, Any]) -> None:
-        (out / SEQUENTIAL).write_text(json.dumps(history, indent=2))
+        (out / HISTORY_FILE).write_text(json.dumps(history, indent=2))
         tracker.call("note_look", history)
 
     searcher = PairedRepeater(inner, plan.make_arm, plan.control, plan.seeds, plan.n_arms, max(plan.milestones),

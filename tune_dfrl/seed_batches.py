@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from tune_dfrl.ledger import STOPPED, PairedLedger
 from tune_dfrl.sequential import ArmState, SequentialRule, boundaries, is_settled, look, nominal_levels, recommendation
 
+HISTORY_FILE = "sequential.json"  # OUT/sequential.json: `SeedBatches.history` after each look
 OUT_STOPPED, OUT_FAILED = "stopped by the scheduler", "a seed without a paired final score"
 
 
