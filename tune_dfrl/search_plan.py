@@ -81,7 +81,8 @@ class Plan:
 
     @property
     def total_cells(self) -> int:
-        return (self.n_arms + 1) * len(self.seeds)
+        """Cells of the search (under seeds=auto the most it may run)."""
+        return (self.n_arms + 1) * len(self.possible_seeds)
 
     def describe(self) -> dict[str, Any]:
         """The plan as JSON-able settings (search.json, MLflow params)."""
