@@ -202,8 +202,8 @@ def sequential_section(history: dict) -> Section:
                        + [f"{label(arm)}: out" for arm in k["out"]]) or "—",
              ", ".join(map(str, k["next_seeds"])) or "— (end)"] for k in looks]
     verdicts = [[label(arm), state["status"], str(state["seeds"]), str(state["look"]), _num(state["mean"]),
-                 _interval(None if math.isnan(state["low"]) else state["low"], None if math.isnan(state["high"]) else state["high"])]
-                for arm, state in last["states"].items()] + [[label(arm), f"out: {why}", "", "", "", ""] for arm, why in last["out"].items()]
+                 _interval(state["low"], state["high"])] for arm, state in last["states"].items()]
+    verdicts += [[label(arm), f"out: {why}", "", "", "", ""] for arm, why in last["out"].items()]
     return Section("Sequential seeds", text, tables=[
         Table(["look", "seeds", "boundary z", "nominal p", "arms", "seeds handed next"], rows,
               "boundary and nominal two-sided level of an arm tested at α / K (before Holm recycling)"),

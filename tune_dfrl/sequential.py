@@ -59,7 +59,7 @@ class SequentialRule:
     max: int = SequentialSettings.max
     alpha: float = ReportSettings.alpha
     futility_confidence: float = SequentialSettings.futility_confidence
-    futility_margin: float = SequentialSettings.futility_margin  # points: an upper bound below it cannot credibly beat the control by it
+    futility_margin: float = SequentialSettings.futility_margin  # points: an upper bound below it -> futile
 
     def __post_init__(self) -> None:
         check_fields(self, SequentialSettings, "sequential.")
