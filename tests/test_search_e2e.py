@@ -134,8 +134,10 @@ def refuses(out: Path, *overrides: str, match: str) -> None:
 
 def test_bad_input_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    refuses(out, *TINY, "seeds=0", match=r"seeds=0: allowed: a count >= 2 or a list of at least 2 distinct integers >= 0")
-    refuses(out, *TINY, "seeds=[1,1]", match=r"seeds=\[1, 1\]: allowed: a count >= 2 or a list of at least 2 distinct")
+    refuses(out, *TINY, "seeds=0", match=r"seeds=0: allowed: auto, a count >= 2 or a list of at least 2 distinct integers >= 0")
+    refuses(out, *TINY, "seeds=[1,1]", match=r"seeds=\[1, 1\]: allowed: auto, a count >= 2 or a list of at least 2 distinct")
+    refuses(out, *TINY, "seeds=auto", "sequential.start=1", match=r"sequential.start=1: allowed: an integer >= 2")
+    refuses(out, *TINY, "seeds=auto", "sequential.max=3", match=r"sequential.max=3: allowed: an integer >= sequential.start=4")
     refuses(out, *TINY, "arms=0", match="arms=0: allowed: an integer >= 1")
     refuses(out, "steps=3", "milestone_every=5", match=r"'steps' \(3\) is smaller than 'milestone_every' \(5\)")
     refuses(out, *TINY, "space.methods.difffilter.search.low=[0.6,0.9]", "space.methods.difffilter.search.high=[0.1,0.5]",
@@ -153,7 +155,7 @@ def test_a_non_empty_output_directory_is_left_untouched(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("override", "message"),
-    [("space=difffilter", "Available options in 'space':\n\tall_mixers"), ("seeds=0", "error: seeds=0: allowed: a count >= 2")],
+    [("space=difffilter", "Available options in 'space':\n\tall_mixers"), ("seeds=0", "error: seeds=0: allowed: auto, a count >= 2")],
 )
 def test_cli_errors_exit_non_zero_with_the_reason(tmp_path: Path, override: str, message: str) -> None:
     done = subprocess.run([sys.executable, "-m", "tune_dfrl.search", override, f"out={tmp_path / 'out'}"],

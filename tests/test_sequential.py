@@ -57,12 +57,14 @@ def test_rule_looks_and_validation():
     assert SequentialRule().looks() == (4, 8, 12, 16)
     assert SequentialRule(start=4, batch=5, max=16).looks() == (4, 9, 14, 16)
     assert SequentialRule(start=6, batch=3, max=6).looks() == (6,)
-    with pytest.raises(ValueError, match=r"start=2 \(allowed: an integer >= 3\).*max=1 \(allowed: an integer >= start=2\)"):
-        SequentialRule(start=2, max=1, batch=1, alpha=0.05)
-    with pytest.raises(ValueError, match=r"batch=0 .*alpha=0.7 \(allowed: \(0, 0.5\)\)"):
-        SequentialRule(batch=0, alpha=0.7)
-    with pytest.raises(ValueError, match=r"futility_margin=nan"):
-        SequentialRule(futility_margin=float("nan"))
+    assert SequentialRule(start=2, batch=2, max=4).looks() == (2, 4)
+    for bad, message in (({"start": 1}, "sequential.start=1: allowed: an integer >= 2"),
+                         ({"start": 4, "max": 3}, "sequential.max=3: allowed: an integer >= sequential.start=4"),
+                         ({"batch": 0}, "sequential.batch=0: allowed: an integer >= 1"),
+                         ({"alpha": 0.7}, r"report.alpha=0.7: allowed: a number in \(0, 0.5\)"),
+                         ({"futility_margin": float("nan")}, "sequential.futility_margin=nan")):
+        with pytest.raises(ValueError, match=message):
+            SequentialRule(**bad)
 
 
 def test_zero_variance_is_as_strong_as_the_sign_flip_test_allows():

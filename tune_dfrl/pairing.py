@@ -1,20 +1,21 @@
-"""PairedRepeater: the searcher that turns arms into paired (arm, seed) trials.
+"""PairedRepeater: the searcher that turns arms into paired (arm, seed) trials (Ray Tune / Optuna glue).
 
 The control arm comes first, at every seed; each arm the inner `OptunaSearch` suggests is then
 fanned out to the *same* explicit seed list. One Optuna trial = one distinct arm: suggestions whose
 canonical arm id was already seen are not trained again and receive the first one's outcome.
+Scores and cell ends go to one `PairedLedger`; what Optuna is told (intermediate mean paired
+deltas, then COMPLETE / PRUNED / FAIL) is decided by `tune_dfrl.feedback.OptunaFeedback`, and
+passed on here to every inner trial of the arm.
 
-What Optuna is told (metric m, control c, seeds S_both where both have a value):
-- at every milestone step t that the arm reached on all its seeds and the control on those seeds,
-  the intermediate value mean_{s in S_both} [m(arm, s, t) - m(c, s, t)];
-- when every seed of the arm finished: COMPLETE with the same mean paired delta at the final step;
-- when the scheduler stopped the arm: PRUNED (Optuna then keeps the last intermediate value);
-- when no seed finished: FAIL.
-Raw means of truncated runs never reach Optuna.
+With a `state_path`, the searcher's whole state (arms suggested, ledger, what Optuna was told, and
+the inner searcher with its study) is rewritten there atomically after every event, so a driver
+killed at any moment leaves a consistent state that `resume` continues from.
 
-With a `state_path`, the searcher's whole state (arms suggested, cell outcomes, what Optuna was
-told, and the inner searcher with its study) is rewritten there atomically after every event, so
-a driver killed at any moment leaves a consistent state that `resume` continues from.
+With a `sequential` rule (seeds=auto) every arm and the control start on the rule's starting seeds;
+when every cell handed out has ended and no arm is left to suggest, `tune_dfrl.seed_batches` takes
+a look and the open arms and the control get the next batch of seeds (`on_look` receives the
+history after each look). Optuna is told once per arm, on the starting seeds; later seeds do not
+tell it again. No arm is suggested after the first look (a resume may not add arms then).
 """
 
 from __future__ import annotations
@@ -26,18 +27,19 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import optuna
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from tune_dfrl.backend import ArmSpec
+from tune_dfrl.feedback import FAIL, INTERMEDIATE, OptunaFeedback, Told
+from tune_dfrl.ledger import FAILED, PairedLedger
 from tune_dfrl.resume import save_atomically
+from tune_dfrl.seed_batches import SeedBatches
+from tune_dfrl.sequential import SequentialRule
 
 log = logging.getLogger(__name__)
 
 INNER_METRIC = "paired_delta"
-FINISHED, STOPPED, FAILED = "finished", "stopped", "failed"
 
 
 def arm_config(arm: ArmSpec, seed: int) -> dict[str, Any]:
@@ -64,27 +66,33 @@ class PairedRepeater(Searcher):
         metric: str,
         max_duplicates: int = 50,
         state_path: Path | None = None,
+        sequential: SequentialRule | None = None,
+        on_look: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         super().__init__(metric=metric, mode="max")
         self.state_path = state_path
+        self.on_look = on_look
         self.searcher = searcher
         self._make_arm = make_arm
         self.control = control
         self.seeds = tuple(int(s) for s in seeds)
         self.n_arms = n_arms
-        self.final_step = final_step
         self.max_duplicates = max_duplicates
+        self.ledger = PairedLedger(control.arm_id)
+        self.feedback = OptunaFeedback(self.ledger, self.seeds, final_step)
+        self.batches = SeedBatches(sequential, control.arm_id) if sequential is not None else None
         self.arms: dict[str, ArmSpec] = {}  # arm id -> arm, in order of first suggestion (control first)
         self._queue: list[dict[str, Any]] = []  # configs still to hand out
         self._optuna_ids: dict[str, list[str]] = {}  # arm id -> inner trial ids (first one + duplicates)
         self._cells: dict[str, tuple[str, int]] = {}  # Tune trial id -> (arm id, seed)
-        self._scores: dict[str, dict[int, dict[int, float]]] = {}  # arm id -> seed -> step -> metric
-        self._ends: dict[str, dict[int, str]] = {}  # arm id -> seed -> finished | stopped | failed
-        self._intermediate: dict[str, dict[int, float]] = {}  # arm id -> step -> intermediate value told
-        self.told: dict[str, tuple[str, float | None]] = {}  # arm id -> (Optuna state name, value)
-        self._told_inner: set[str] = set()
+        self._told_inner: set[str] = set()  # inner trial ids told their outcome
         self._suggested = 0  # inner suggestions made (distinct or not)
         self._exhausted = False  # max_duplicates consecutive duplicates seen
+
+    @property
+    def told(self) -> dict[str, tuple[str, float | None]]:
+        """arm id -> (Optuna state name, value) of the arms whose outcome Optuna was told."""
+        return {arm: (told.state, told.value) for arm, told in self.feedback.outcome.items()}
 
     # -- Searcher interface -------------------------------------------------------------------
 
@@ -98,8 +106,10 @@ class PairedRepeater(Searcher):
         actors only while the search is unfinished, and paused trials resume on them.
         """
         if not self._queue and not self._enqueue_next_arm():
-            ended = all(seed in self._ends.get(arm_id, {}) for arm_id, seed in self._cells.values())
-            return Searcher.FINISHED if ended else None  # (cells ended before a resume are not handed out again)
+            if not all(seed in self.ledger.ends(arm_id) for arm_id, seed in self._cells.values()):
+                return None  # (cells ended before a resume are not handed out again)
+            if not self._next_batch():
+                return Searcher.FINISHED
         config = self._queue.pop(0)
         self._cells[trial_id] = (config["arm"]["arm_id"], config["seed"])
         self._persist()
@@ -107,29 +117,18 @@ class PairedRepeater(Searcher):
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         arm_id, seed = self._cells[trial_id]
-        self._record(arm_id, seed, result)
-        self._report_intermediate(arm_id, int(result["step"]))
-        if arm_id == self.control.arm_id:
-            for other in self.arms:
-                if other != arm_id:
-                    self._report_intermediate(other, int(result["step"]))
-                    self._maybe_tell(other)  # a stopped arm may have waited for this control value
+        self._tell(self.feedback.result(arm_id, seed, int(result["step"]), float(result[self._metric])))
         self._persist()
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         arm_id, seed = self._cells[trial_id]
-        if result and "step" in result and self._metric in result:
-            self._record(arm_id, seed, result)  # a result that made the scheduler stop the trial arrives here only
-            self._report_intermediate(arm_id, int(result["step"]))
-        reached = max(self._scores.get(arm_id, {}).get(seed, {0: 0.0}))
-        end = FAILED if error else FINISHED if reached >= self.final_step else STOPPED
-        self._ends.setdefault(arm_id, {})[seed] = end
-        for other in self.arms:
-            self._maybe_tell(other)
+        # a result that made the scheduler stop the trial arrives here only
+        last = (int(result["step"]), float(result[self._metric])) if result and "step" in result and self._metric in result else None
+        self._tell(self.feedback.end(arm_id, seed, error, last))
         self._persist()
 
     def get_state(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("searcher", "_make_arm", "state_path")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("searcher", "_make_arm", "state_path", "on_look")}
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -152,28 +151,27 @@ class PairedRepeater(Searcher):
         self.restore(str(checkpoint_path))
         self.n_arms = n_arms
         self._cells = {}
-        for arm_id, ends in self._ends.items():
-            for seed in [seed for seed, end in ends.items() if run_again(arm_id, seed, end)]:
-                del ends[seed]
+        for arm_id in self.arms:
+            for seed, end in self.ledger.ends(arm_id).items():
+                if run_again(arm_id, seed, end):
+                    self.ledger.reopen(arm_id, seed)
         self._queue = [arm_config(arm, seed) for arm_id, arm in self.arms.items()
-                       for seed in self.seeds if seed not in self._ends.get(arm_id, {})]
+                       for seed in self.seeds_of(arm_id) if seed not in self.ledger.ends(arm_id)]
 
     # -- what the driver and tests read ---------------------------------------------------------
 
+    def seeds_of(self, arm_id: str) -> tuple[int, ...]:
+        """The seeds handed to `arm_id`: the search's seeds, or under seeds=auto its starting seeds and batches."""
+        return self.batches.seeds_of(arm_id) if self.batches is not None else self.seeds
+
     def cells_of(self, arm_id: str) -> dict[int, str]:
         """seed -> finished | stopped | failed, for the seeds of `arm_id` that ended."""
-        return dict(self._ends.get(arm_id, {}))
+        return self.ledger.ends(arm_id)
 
     def control_failed(self) -> bool:
         """True when every control seed failed: no arm can be compared, so none is suggested."""
-        ends = self._ends.get(self.control.arm_id, {})
+        ends = self.ledger.ends(self.control.arm_id)
         return all(ends.get(seed) == FAILED for seed in self.seeds)
-
-    def paired_deltas(self, arm_id: str, step: int) -> dict[int, float]:
-        """seed -> m(arm, seed, step) - m(control, seed, step), over the seeds where both have a value."""
-        mine, control = self._scores.get(arm_id, {}), self._scores.get(self.control.arm_id, {})
-        common = sorted(s for s in mine if step in mine[s] and s in control and step in control[s])
-        return {s: mine[s][step] - control[s][step] for s in common}
 
     # -- internals --------------------------------------------------------------------------
 
@@ -185,7 +183,7 @@ class PairedRepeater(Searcher):
         """Queue the next distinct arm's seeds (the control first); False when the search is over."""
         if not self.arms:
             return self._enqueue(self.control, inner_id=None)
-        if len(self.arms) - 1 >= self.n_arms or self._exhausted or self.control_failed():
+        if len(self.arms) - 1 >= self.n_arms or self._exhausted or self.control_failed() or self._looked():
             return False
         for _ in range(self.max_duplicates):
             inner_id = f"arm{self._suggested:04d}"
@@ -195,9 +193,12 @@ class PairedRepeater(Searcher):
                 return self._enqueue(arm, inner_id)
             log.info("suggestion %s duplicates arm %s (%s): not trained again", inner_id, arm.arm_id, arm.label)
             self._optuna_ids.setdefault(arm.arm_id, []).append(inner_id)
-            for step, value in self._intermediate.get(arm.arm_id, {}).items():  # what the first one was told so far
+            self.feedback.add(arm.arm_id)  # the control, suggested again, is judged against itself (0)
+            for step, value in self.feedback.intermediate.get(arm.arm_id, {}).items():  # what the first one was told so far
                 self.searcher.on_trial_result(inner_id, {INNER_METRIC: value, "training_iteration": step})
-            self._maybe_tell(arm.arm_id)
+            self._tell(self.feedback.settle(arm.arm_id))
+            if (outcome := self.feedback.outcome.get(arm.arm_id)) is not None:
+                self._tell([outcome])
         log.warning("%d consecutive suggestions duplicated known arms: the space is exhausted", self.max_duplicates)
         self._exhausted = True
         return False
@@ -206,62 +207,36 @@ class PairedRepeater(Searcher):
         self.arms[arm.arm_id] = arm
         if inner_id is not None:
             self._optuna_ids.setdefault(arm.arm_id, []).append(inner_id)
-        self._queue.extend(arm_config(arm, seed) for seed in self.seeds)
+            self.feedback.add(arm.arm_id)
+        self._queue.extend(arm_config(arm, seed) for seed in self.seeds_of(arm.arm_id))
         return True
 
-    def _record(self, arm_id: str, seed: int, result: dict) -> None:
-        by_step = self._scores.setdefault(arm_id, {}).setdefault(seed, {})
-        by_step.setdefault(int(result["step"]), float(result[self._metric]))
+    def _looked(self) -> bool:
+        return self.batches is not None and bool(self.batches.looks)
 
-    def _report_intermediate(self, arm_id: str, step: int) -> None:
-        """Tell Optuna the mean paired delta at a milestone before the last, once all live seeds reached it."""
-        told = self._intermediate.setdefault(arm_id, {})
-        if step >= self.final_step or step in told or arm_id in self.told or not self._optuna_ids.get(arm_id):
-            return
-        ended = self._ends.get(arm_id, {})
-        live = [s for s in self.seeds if ended.get(s) != FAILED]
-        deltas = self.paired_deltas(arm_id, step)
-        if not live or set(deltas) != set(live):
-            return
-        value = told[step] = float(np.mean(list(deltas.values())))
-        for inner_id in self._optuna_ids[arm_id]:
-            self.searcher.on_trial_result(inner_id, {INNER_METRIC: value, "training_iteration": step})
+    def _next_batch(self) -> bool:
+        """seeds=auto, every cell ended: take the next look; queue the new seeds of the open arms and the control."""
+        if self.batches is None or self.batches.finished:
+            return False
+        searched = [arm_id for arm_id in self.arms if arm_id != self.control.arm_id]
+        look = self.batches.look(self.ledger, searched, self.feedback.final_step)
+        log.info("sequential look %d at %d seeds: %s; next seeds %s", look.number, look.seeds,
+                 {arm: state.status for arm, state in look.states.items()}, list(look.next_seeds))
+        open_arms = [arm_id for arm_id, state in look.states.items() if state.status == "open"]
+        self._queue = [arm_config(self.arms[arm_id], seed) for arm_id in [self.control.arm_id, *open_arms]
+                       for seed in look.next_seeds]
+        self._persist()
+        if self.on_look is not None:
+            self.on_look({**self.batches.history(), "labels": {arm_id: arm.label for arm_id, arm in self.arms.items()}})
+        return bool(self._queue)
 
-    def _rung_value_told(self, arm_id: str, ends: dict[int, str], control_ends: dict[int, str]) -> bool:
-        """For a stopped arm: True once its paired delta at the stopping step is told, or can never be."""
-        reached = [max(self._scores[arm_id][s]) for s, end in ends.items() if end == STOPPED and s in self._scores.get(arm_id, {})]
-        if not reached:
-            return True
-        step = min(reached)
-        self._report_intermediate(arm_id, step)
-        told = step in self._intermediate.get(arm_id, {})
-        return told or all(s in control_ends for s in ends)
-
-    def _maybe_tell(self, arm_id: str) -> None:
-        """Tell Optuna how an arm ended, once all its seeds ended and the control values it needs exist.
-
-        A suggestion that duplicates the control gets the control's paired delta against itself (0).
-        """
-        if not self._optuna_ids.get(arm_id):
-            return
-        if arm_id not in self.told:
-            ends = self._ends.get(arm_id, {})
-            control_ends = self._ends.get(self.control.arm_id, {})
-            finished = [s for s, end in ends.items() if end == FINISHED]
-            if len(ends) < len(self.seeds) or any(s not in control_ends for s in finished):
-                return  # the arm, or the control at one of its finished seeds, is still running
-            deltas = self.paired_deltas(arm_id, self.final_step)
-            if STOPPED in ends.values():
-                if not self._rung_value_told(arm_id, ends, control_ends):
-                    return  # the control has not reached the stopping rung at every seed yet
-                self.told[arm_id] = (optuna.trial.TrialState.PRUNED.name, None)
-            elif deltas:
-                self.told[arm_id] = (optuna.trial.TrialState.COMPLETE.name, float(np.mean(list(deltas.values()))))
-            else:
-                self.told[arm_id] = (optuna.trial.TrialState.FAIL.name, None)
-        state, value = self.told[arm_id]
-        for inner_id in self._optuna_ids[arm_id]:
-            if inner_id not in self._told_inner:
-                self._told_inner.add(inner_id)
-                result = None if value is None else {INNER_METRIC: value}
-                self.searcher.on_trial_complete(inner_id, result=result, error=state == "FAIL")
+    def _tell(self, told: list[Told]) -> None:
+        """Pass each event on to every inner trial of its arm (an outcome once per inner trial)."""
+        for event in told:
+            for inner_id in self._optuna_ids.get(event.arm, []):
+                if event.state == INTERMEDIATE:
+                    self.searcher.on_trial_result(inner_id, {INNER_METRIC: event.value, "training_iteration": event.step})
+                elif inner_id not in self._told_inner:
+                    self._told_inner.add(inner_id)
+                    result = None if event.value is None else {INNER_METRIC: event.value}
+                    self.searcher.on_trial_complete(inner_id, result=result, error=event.state == FAIL)

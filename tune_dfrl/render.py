@@ -179,9 +179,38 @@ def sections(summary: Summary, table: ScoreTable, figures: dict[str, Path]) -> l
         Section("Benchmarks", [f"Subset `{s}`: {', '.join(m)}" for s, m in table.bench.subsets.items()],
                 tables=[Table(["benchmark", "domain", "items"], [[b.name, b.domain, str(b.items)] for b in table.bench.benchmarks])]),
     ]
+    if summary.sequential:
+        out.append(sequential_section(summary.sequential))
     if summary.notes:
         out.append(Section("Notes and exclusions", list(summary.notes)))
     return out
+
+
+def sequential_section(history: dict) -> Section:
+    """seeds=auto (OUT/sequential.json, `tune_dfrl.seed_batches`): each look, the seeds each arm received, final verdicts."""
+    rule, looks, label = history["rule"], history["looks"], history["labels"].get
+    last = looks[-1] if looks else {"states": {}, "out": {}, "handed": {}}
+    text = [f"Seeds in batches: start {rule['start']}, batch {rule['batch']}, max {rule['max']}; group-sequential "
+            f"O'Brien-Fleming-type alpha spending at α = {rule['alpha']} over the searched arms with Holm recycling, "
+            f"non-binding futility (upper {rule['futility_confidence']:.0%} bound below {rule['futility_margin']:g} "
+            "points); docs/readme_decisions.md. These verdicts hold under the optional stopping; the tables above "
+            "analyse every seed as if their number had been fixed.",
+            f"**Recommended by the sequential looks: `{label(history['recommended'])}`**"
+            + ("" if history["finished"] else " (the looks have not ended)") + "."]
+    rows = [[str(k["number"]), str(k["seeds"]), f"{k['boundary']:.3f}", f"{k['level']:.2g}",
+             ", ".join([f"{label(arm)}: {state['status']}" for arm, state in k["states"].items()]
+                       + [f"{label(arm)}: out" for arm in k["out"]]) or "—",
+             ", ".join(map(str, k["next_seeds"])) or "— (end)"] for k in looks]
+    verdicts = [[label(arm), state["status"], str(state["seeds"]), str(state["look"]), _num(state["mean"]),
+                 _interval(state["low"], state["high"])] for arm, state in last["states"].items()]
+    verdicts += [[label(arm), f"out: {why}", "", "", "", ""] for arm, why in last["out"].items()]
+    return Section("Sequential seeds", text, tables=[
+        Table(["look", "seeds", "boundary z", "nominal p", "arms", "seeds handed next"], rows,
+              "boundary and nominal two-sided level of an arm tested at α / K (before Holm recycling)"),
+        Table(["arm", "seeds received"], [[label(arm), ", ".join(map(str, seeds))] for arm, seeds in last["handed"].items()]),
+        Table(["arm", "verdict", "seeds", "look", "mean Δ", "interval"], verdicts,
+              "intervals at the common nominal level α / K of each arm's last look (repeated confidence intervals)"),
+    ])
 
 
 # ------------------------------------------------------------------------------------ figures

@@ -20,8 +20,9 @@ of an arm without a control run are ignored and listed in `notes`.
 
 from __future__ import annotations
 
+import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from tune_dfrl.ledger import PairedLedger
 from tune_dfrl.render import print_summary, write_report
 from tune_dfrl.schema import Summary, aggregate, aggregation_list, check_aggregations, default_aggregations, members
 from tune_dfrl.scores import BenchmarkSet, Runs, ScoreTable, load_csv, load_mlflow, load_results
+from tune_dfrl.seed_batches import HISTORY_FILE
 from tune_dfrl.stats import (
     BCA_COVERAGE_95,
     paired_verdicts,
@@ -319,6 +321,8 @@ def _main(cfg: Any) -> None:
     summary = analyze(table, cfg.control or default_control(table), list(cfg.aggregations or []) or None,
                       cfg.delta, cfg.alpha, cfg.seed, cfg.flip_k)
     runs_dir = Path(cfg.runs) if cfg.runs and Path(cfg.runs).is_dir() else None
+    if runs_dir is not None and (runs_dir / HISTORY_FILE).exists():  # seeds=auto: the looks' section
+        summary = replace(summary, sequential=json.loads((runs_dir / HISTORY_FILE).read_text()))
     out = Path(cfg.out) if cfg.out else (runs_dir / "report" if runs_dir else Path("report"))
     paths = write_report(summary, table, out.absolute())
     print_summary(summary)

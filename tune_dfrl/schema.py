@@ -235,6 +235,7 @@ class Summary:
     arm_info: dict[str, dict[str, Any]] = field(default_factory=dict)
     benchmarks: dict[str, Any] = field(default_factory=dict)
     excluded: dict[str, str] = field(default_factory=dict)  # arm -> why it was not compared
+    sequential: dict[str, Any] | None = None  # seeds=auto: OUT/sequential.json (the looks, `tune_dfrl.seed_batches`)
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(asdict(self))

@@ -10,6 +10,7 @@ it, and `resume=true retry_failed=true` trains failed cells again.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from tune_dfrl.results import read_records
 from tune_dfrl.schema import Recommendation, Summary, default_aggregations
 from tune_dfrl.search_plan import Plan
+from tune_dfrl.seed_batches import HISTORY_FILE
 from tune_dfrl.tracking import ui_command
 
 MIN_PAIRED_SEEDS = 2  # a paired interval needs 2 seeds shared with the control
@@ -76,8 +78,9 @@ def _report(plan: Plan, tracker: Any, scheduler: Any) -> Summary:
     defaults = default_aggregations(table.bench, table.has_lengths)
     aggregations = [plan.aggregate] + [a for a in defaults if a != plan.aggregate]
     family = len(complete) - 1 + len(stopped)  # Holm family: every searched arm, stopped ones as untested hypotheses
+    sequential = json.loads((plan.out / HISTORY_FILE).read_text()) if (plan.out / HISTORY_FILE).exists() else None
     summary = replace(analyze(table, control, aggregations, report.delta, report.alpha, report.seed, report.flip_k,
-                              family_size=family), stopped=stop_notes, failed=failed)
+                              family_size=family), stopped=stop_notes, failed=failed, sequential=sequential)
     paths = write_report(summary, table, plan.out / "report")
     (plan.out / "summary.json").write_text(summary.to_json())
     arm_ids = {arm: info.get("arm_id", "") for arm, info in table.arm_info.items()}

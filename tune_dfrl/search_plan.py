@@ -26,7 +26,8 @@ from tune_dfrl.resume import LOCK, check_folder_free, describe_differences
 from tune_dfrl.schema import BUILTIN_AGGREGATIONS, SCORE
 from tune_dfrl.services import (check_folder, check_ray_address, check_sqlite_file, check_tracking_uri, ray_address,
                                 sqlite_path)
-from tune_dfrl.settings import (RaySettings, ReportSettings, SchedulerSettings, SearcherSettings,
+from tune_dfrl.sequential import SequentialRule
+from tune_dfrl.settings import (AUTO_SEEDS, RaySettings, ReportSettings, SchedulerSettings, SearcherSettings,
                                 SearchSettings, SettingsError, as_dict, from_mapping, register_settings)
 from tune_dfrl.spaces import ArmFactory, SearchSpace, available_spaces, recipe_hash, space_file_text
 from tune_dfrl.tracking import default_tracking_uri
@@ -66,6 +67,12 @@ class Plan:
     max_retries: int = 0
     control_cache: Path | None = None
     faults: tuple[PlantedFault, ...] = ()
+    sequential: SequentialRule | None = None  # seeds=auto: `seeds` are the starting seeds
+
+    @property
+    def possible_seeds(self) -> tuple[int, ...]:
+        """Every seed a cell may run on: the seeds, or under seeds=auto 0..max-1."""
+        return tuple(range(self.sequential.max)) if self.sequential is not None else self.seeds
 
     @property
     def metric(self) -> str:
@@ -73,7 +80,8 @@ class Plan:
 
     @property
     def total_cells(self) -> int:
-        return (self.n_arms + 1) * len(self.seeds)
+        """Cells of the search (under seeds=auto the most it may run)."""
+        return (self.n_arms + 1) * len(self.possible_seeds)
 
     def describe(self) -> dict[str, Any]:
         """The plan as JSON-able settings (search.json, MLflow params)."""
@@ -82,14 +90,18 @@ class Plan:
                 "control": asdict(self.control), "metric": self.metric, "scheduler": as_dict(self.scheduler),
                 "searcher": as_dict(self.searcher), "report": as_dict(self.report), "out": str(self.out),
                 "tracking_uri": self.tracking_uri, "experiment": self.experiment, "ray_address": self.ray.address,
-                "max_retries": self.max_retries, "control_cache": str(self.control_cache) if self.control_cache else None}
+                "max_retries": self.max_retries, "control_cache": str(self.control_cache) if self.control_cache else None,
+                **self._sequential()}
+
+    def _sequential(self) -> dict[str, Any]:
+        return {"sequential": asdict(self.sequential)} if self.sequential is not None else {}
 
     def fingerprint(self) -> dict[str, Any]:
         """What `resume=true` must find unchanged in the stored search (JSON-normalised)."""
         space = {k: v for k, v in asdict(self.space).items() if k != "description"}
         return json.loads(json.dumps({"space": space, "backend": self.backend_name, "recipe": self.recipe,
                                       "seeds": list(self.seeds), "metric": self.metric, "scheduler": as_dict(self.scheduler),
-                                      "searcher": as_dict(self.searcher)}, default=str))
+                                      "searcher": as_dict(self.searcher), **self._sequential()}, default=str))
 
 
 def register_configs() -> None:
@@ -148,7 +160,9 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
     milestones = tuple(sorted({*range(every, steps + 1, every), steps}))
 
     space = SearchSpace.from_mapping(dict(cfg["space"]), int(recipe["rollout_n"]))
-    seeds = tuple(range(settings.seeds)) if isinstance(settings.seeds, int) else tuple(settings.seeds)
+    sequential = SequentialRule.of(settings.sequential, settings.report.alpha) if settings.seeds == AUTO_SEEDS else None
+    seeds = (tuple(range(sequential.start)) if sequential is not None else tuple(range(settings.seeds))
+             if isinstance(settings.seeds, int) else tuple(settings.seeds))
     aggregations = [*BUILTIN_AGGREGATIONS, *(recipe.get("subsets") or {})]
     if settings.metric not in aggregations:
         raise SearchError(f"metric={settings.metric!r}: allowed (aggregations the backend reports): {', '.join(aggregations)}")
@@ -174,8 +188,8 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
     plan = Plan(space, seeds, settings.arms, backend_name, backend, recipe, milestones, control, make_arm,
                 settings.metric, settings.scheduler, settings.searcher, settings.report, out,
                 settings.mlflow.tracking_uri or "", settings.mlflow.experiment or "", replace(settings.ray, address=address),
-                settings.resume, settings.retry_failed, settings.max_retries, control_cache,
-                _faults(settings.fault_injection, seeds, milestones))
+                settings.resume, settings.retry_failed, settings.max_retries, control_cache, sequential=sequential)
+    plan = replace(plan, faults=_faults(settings.fault_injection, plan.possible_seeds, milestones))
     _check_storage(plan)
     check_folder_free(out)
     stored = check_out(plan)

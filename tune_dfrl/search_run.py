@@ -36,6 +36,7 @@ from tune_dfrl.results import read_records, repair_log, write_records
 from tune_dfrl.schema import Summary
 from tune_dfrl.search_finish import finish, resume_hint
 from tune_dfrl.search_plan import OPTUNA_DB, Plan, SearchError, check_out, save_plan
+from tune_dfrl.seed_batches import HISTORY_FILE
 from tune_dfrl.trial import MILESTONES, cell_dir
 
 OPTUNA_STUDY = "tune_dfrl"  # study name in OUT/optuna.db: one trial per distinct arm, valued by its mean paired delta
@@ -143,7 +144,8 @@ def _run(plan: Plan) -> Summary:
     with backend_errors(plan.backend_name, "list its benchmarks"):
         benchmarks = evaluated_benchmarks(plan.backend, plan.recipe)
     (out / "benchmarks.json").write_text(json.dumps([asdict(b) for b in benchmarks], indent=2))
-    print(f"search {plan.space.name}: {plan.n_arms} arms + control x {len(plan.seeds)} seeds, "
+    seeds = f"seeds=auto ({plan.sequential.start} to {plan.sequential.max})" if plan.sequential else f"{len(plan.seeds)} seeds"
+    print(f"search {plan.space.name}: {plan.n_arms} arms + control x {seeds}, "
           f"{plan.scheduler.name} at steps {list(plan.milestones)}; output in {out}"
           + (f" (resumed, attempt {attempt})" if plan.resume else ""), flush=True)
     began = time.monotonic()
@@ -170,8 +172,13 @@ def _run(plan: Plan) -> Summary:
     inner = OptunaSearch(space=plan.space.sampler(), metric=INNER_METRIC, mode="max", sampler=sampler,
                          storage=storage, study_name=OPTUNA_STUDY)
     state = state_dir(out)
+    def on_look(history: dict[str, Any]) -> None:
+        (out / HISTORY_FILE).write_text(json.dumps(history, indent=2))
+        tracker.call("note_look", history)
+
     searcher = PairedRepeater(inner, plan.make_arm, plan.control, plan.seeds, plan.n_arms, max(plan.milestones),
-                              plan.metric, plan.searcher.max_duplicates, state_path=state / "searcher.pkl")
+                              plan.metric, plan.searcher.max_duplicates, state_path=state / "searcher.pkl",
+                              sequential=plan.sequential, on_look=on_look)
     scheduler = make_scheduler(plan.scheduler, metric=plan.metric, control=plan.control.arm_id, seeds=plan.seeds,
                                milestones=plan.milestones, on_decision=on_decision, state_path=state / "scheduler.pkl")
     if plan.resume:
@@ -234,7 +241,7 @@ def _close_within(tracker: Guarded, status: str, timeout_s: float) -> None:
 def _carry_over(plan: Plan, searcher: Any, scheduler: Any, progress: Any) -> None:
     """A resumed search continues the stored searcher and rung book; progress starts from what ended before.
     With `retry_failed`, the cells that failed, and those of arms stopped for want of a seed to pair, run again."""
-    from tune_dfrl.pairing import FAILED, STOPPED
+    from tune_dfrl.ledger import FAILED, STOPPED
 
     state = state_dir(plan.out)
     book = getattr(scheduler, "book", None)
@@ -258,7 +265,7 @@ def _carry_over(plan: Plan, searcher: Any, scheduler: Any, progress: Any) -> Non
 def _seed_control_cells(plan: Plan, cache: ControlCache) -> None:
     """Control seeds found in the cache get their milestone log from it: their trials replay it instead of training.
     A cache that cannot be read is reported once and left alone (the control is trained)."""
-    for seed in plan.seeds:
+    for seed in plan.possible_seeds:
         log = cell_dir(plan.out / "cells", plan.control.arm_id, seed) / MILESTONES
         try:
             cached = cache.get(seed)

@@ -43,6 +43,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats
 
+from tune_dfrl.settings import ReportSettings, SequentialSettings, SettingsError, check_fields
 from tune_dfrl.stats import negligible, paired_interval, sign_flip_floor
 
 NODES = 801  # Simpson nodes over each continuation region (odd)
@@ -50,30 +51,26 @@ NODES = 801  # Simpson nodes over each continuation region (odd)
 
 @dataclass(frozen=True)
 class SequentialRule:
-    """Looks at start, start + batch, ... seeds up to max; alpha is the whole search's familywise level."""
+    """Looks at start, start + batch, ... seeds up to max; alpha is the whole search's familywise level. The
+    defaults and allowed ranges are the sequential settings' (`tune_dfrl.settings.SequentialSettings`)."""
 
-    start: int = 4
-    batch: int = 4
-    max: int = 16
-    alpha: float = 0.05
-    futility_confidence: float = 0.8
-    futility_margin: float = 1.0  # points: an arm whose upper bound is below this cannot credibly beat the control by it
+    start: int = SequentialSettings.start
+    batch: int = SequentialSettings.batch
+    max: int = SequentialSettings.max
+    alpha: float = ReportSettings.alpha
+    futility_confidence: float = SequentialSettings.futility_confidence
+    futility_margin: float = SequentialSettings.futility_margin  # points: an upper bound below it -> futile
 
     def __post_init__(self) -> None:
-        problems = [
-            f"{name}={value!r} (allowed: {allowed})"
-            for name, value, ok, allowed in (
-                ("start", self.start, isinstance(self.start, int) and self.start >= 3, "an integer >= 3"),
-                ("batch", self.batch, isinstance(self.batch, int) and self.batch >= 1, "an integer >= 1"),
-                ("max", self.max, isinstance(self.max, int) and self.max >= self.start, f"an integer >= start={self.start}"),
-                ("alpha", self.alpha, 0.0 < self.alpha < 0.5, "(0, 0.5)"),
-                ("futility_confidence", self.futility_confidence, 0.5 <= self.futility_confidence < 1.0, "[0.5, 1)"),
-                ("futility_margin", self.futility_margin, math.isfinite(self.futility_margin) and self.futility_margin >= 0.0, ">= 0"),
-            )
-            if not ok
-        ]
-        if problems:
-            raise ValueError("bad sequential seeds: " + "; ".join(problems))
+        check_fields(self, SequentialSettings, "sequential.")
+        check_fields(self, ReportSettings, "report.")  # alpha
+        if self.max < self.start:
+            raise SettingsError(f"sequential.max={self.max!r}: allowed: an integer >= sequential.start={self.start}")
+
+    @classmethod
+    def of(cls, settings: SequentialSettings, alpha: float) -> SequentialRule:
+        """The rule of the sequential settings, at the report's familywise level `alpha`."""
+        return cls(settings.start, settings.batch, settings.max, alpha, settings.futility_confidence, settings.futility_margin)
 
     def looks(self) -> tuple[int, ...]:
         """Seed counts at the looks: start, start + batch, ..., and max (always the last)."""

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 SCHEDULERS = ("paired_asha", "race", "asha", "fifo")
 PAIRED_SCHEDULERS = ("paired_asha", "race")  # decide per arm on paired deltas (`tune_dfrl.rungs`)
+AUTO_SEEDS = "auto"  # seeds=auto: sequential seeds (`SequentialSettings`)
 
 
 class SettingsError(ValueError):
@@ -89,12 +90,14 @@ class Text:
 
 @dataclass(frozen=True)
 class Seeds:
-    """A count n >= 2 (seeds 0..n-1) or a list of at least 2 distinct integers >= 0."""
+    """`auto` (sequential seeds), a count n >= 2 (seeds 0..n-1) or a list of at least 2 distinct integers >= 0."""
 
     def text(self) -> str:
-        return "a count >= 2 or a list of at least 2 distinct integers >= 0"
+        return "auto, a count >= 2 or a list of at least 2 distinct integers >= 0"
 
     def accepts(self, value: Any) -> bool:
+        if value == AUTO_SEEDS:
+            return True
         if isinstance(value, int) and not isinstance(value, bool):
             return value >= 2
         whole = isinstance(value, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
@@ -149,6 +152,17 @@ class SearcherSettings:
 
 
 @dataclass(frozen=True)
+class SequentialSettings:
+    """seeds=auto: seeds in batches while an arm's verdict is open (`tune_dfrl.sequential` states the rule)."""
+
+    start: int = setting(4, Number(integer=True, low=2))  # seeds every arm and the control start on (0..start-1)
+    batch: int = setting(4, Number(integer=True, low=1))  # seeds added per look to the open arms and the control
+    max: int = setting(16, Number(integer=True, low=2))  # the most seeds an arm receives (the last look); >= start
+    futility_confidence: float = setting(0.8, Number(low=0.5, high=1.0, high_open=True))  # one-sided upper bound level
+    futility_margin: float = setting(1.0, Number(low=0.0))  # points: upper bound below it -> out of the running
+
+
+@dataclass(frozen=True)
 class ReportSettings:
     """The paired-CI report (`tune_dfrl.report`)."""
 
@@ -174,7 +188,8 @@ class MlflowSettings:
 class SearchSettings:
     """Everything `python -m tune_dfrl.search` takes besides `space` and `backend` (their own groups)."""
 
-    seeds: Any = setting(6, Seeds())  # a count (seeds 0..n-1) or a list, e.g. [3,7,11]; every arm runs on all of them
+    seeds: Any = setting(6, Seeds())  # a count (seeds 0..n-1) or a list, e.g. [3,7,11]; every arm runs on all of them;
+    # auto: sequential seeds (section `sequential`)
     arms: int = setting(6, Number(integer=True, low=1))  # searched arms besides the control (distinct configurations)
     steps: int | None = setting(None, Number(integer=True, low=1, optional=True))  # null = the backend recipe's
     milestone_every: int | None = setting(None, Number(integer=True, low=1, optional=True))  # null = the recipe's
@@ -187,6 +202,7 @@ class SearchSettings:
     fault_injection: Any = setting(None, Anything())  # TEST ONLY: {arm, seed, step, times} crashes that trial
     scheduler: SchedulerSettings = section(SchedulerSettings)
     searcher: SearcherSettings = section(SearcherSettings)
+    sequential: SequentialSettings = section(SequentialSettings)
     report: ReportSettings = section(ReportSettings)
     ray: RaySettings = section(RaySettings)
     mlflow: MlflowSettings = section(MlflowSettings)

@@ -177,6 +177,15 @@ class SearchTracker(Callback):
             tags += [RunTag("stopped_at_step", str(decided.rung)), RunTag("verdict", "stopped")]
         self.client.log_batch(run_id, tags=tags)
 
+    def note_look(self, history: Mapping[str, Any]) -> None:
+        """seeds=auto: the looks so far as the search run's sequential.json; the last look on each arm's parent run."""
+        self.client.log_dict(self.search_run_id, dict(history), "sequential.json")
+        look, now = history["looks"][-1], int(time.time() * 1000)
+        for arm, state in look["states"].items():
+            if (run_id := self.arm_runs.get(arm)) is not None:
+                self.client.log_batch(run_id, metrics=[Metric("sequential_seeds", float(state["seeds"]), now, look["number"])],
+                                      tags=[RunTag(f"look{look['number']}", f"{state['status']} at {state['seeds']} seeds")])
+
     # -- after the search -------------------------------------------------------------------------
 
     def finish(self, summary: Summary, arm_ids: Mapping[str, str], primary: str, report_dir: Path) -> None:
