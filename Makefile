@@ -1,6 +1,6 @@
 # Two commands a new user needs (Python 3.11, no GPU):
 #   make demo   set up .venv and run the main job (a difffilter_band search on the embedded CPU backend)
-#   make test   set up .venv and run the test suite
+#   make test   set up .venv, lint and format-check (ruff), run the test suite
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -23,4 +23,6 @@ demo: $(STAMP)
 	RAY_AUTH_MODE=disabled $(BIN)/python -m tune_dfrl.search space=$(SPACE) $(ARGS)
 
 test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	RAY_AUTH_MODE=disabled $(BIN)/python -m pytest $(ARGS)

@@ -26,8 +26,9 @@ from scipy import stats
 
 def train_seed(seed: int, recipe: dict) -> float:
     """Final db of the baseline arm at `seed` (one trial, in this process)."""
-    from tune_dfrl.backend import ArmSpec
     from tune_dfrl.trainers.embedded import EmbeddedBackend
+
+    from tune_dfrl.backend import ArmSpec
 
     milestones = []
     arm = ArmSpec("baseline", {}, "baseline", "uniform GRPO")
@@ -38,7 +39,6 @@ def train_seed(seed: int, recipe: dict) -> float:
 
 def base_db(recipe: dict) -> float:
     import torch
-
     from tune_dfrl.trainers.embedded.base import ensure_base_model
     from tune_dfrl.trainers.embedded.benchmarks import get_benchmarks
     from tune_dfrl.trainers.embedded.evaluate import Evaluator
@@ -56,7 +56,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=6)
     parser.add_argument("--workers", type=int, default=2, help="trials in parallel, 1 thread each")
     parser.add_argument("--steps", type=int, default=None, help="override the default step budget")
-    parser.add_argument("--cache-dir", default=None, help="base-model cache (default: $TUNE_DFRL_CACHE, ~/.cache/tune_dfrl)")
+    parser.add_argument(
+        "--cache-dir", default=None, help="base-model cache (default: $TUNE_DFRL_CACHE, ~/.cache/tune_dfrl)"
+    )
     args = parser.parse_args()
     recipe: dict = {"num_threads": 1}
     if args.steps is not None:
@@ -73,16 +75,22 @@ def main() -> None:
     for seed, score in enumerate(trained):
         print(f"seed {seed}: trained db {score:.2f}  delta {score - base:+.2f}")
     mean = float(deltas.mean())
-    print(f"uniform GRPO vs base over {len(deltas)} seeds: delta {mean:+.2f} points, "
-          f"95% CI [{mean - half:+.2f}, {mean + half:+.2f}]")
-    print(json.dumps({
-        "seeds": len(deltas),
-        "base_db": round(base, 3),
-        "trained_db": round(float(np.mean(trained)), 3),
-        "delta": round(mean, 3),
-        "ci_low": round(mean - half, 3),
-        "ci_high": round(mean + half, 3),
-    }))
+    print(
+        f"uniform GRPO vs base over {len(deltas)} seeds: delta {mean:+.2f} points, "
+        f"95% CI [{mean - half:+.2f}, {mean + half:+.2f}]"
+    )
+    print(
+        json.dumps(
+            {
+                "seeds": len(deltas),
+                "base_db": round(base, 3),
+                "trained_db": round(float(np.mean(trained)), 3),
+                "delta": round(mean, 3),
+                "ci_low": round(mean - half, 3),
+                "ci_high": round(mean + half, 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

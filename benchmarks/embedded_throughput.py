@@ -22,14 +22,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-from tune_dfrl.backend import ArmSpec
 from tune_dfrl.trainers.embedded import EmbeddedBackend, EmbeddedRecipe
 from tune_dfrl.trainers.embedded.base import ensure_base_model
 from tune_dfrl.trainers.embedded.benchmarks import get_benchmarks
 from tune_dfrl.trainers.embedded.evaluate import Evaluator
 from tune_dfrl.trainers.embedded.rollout import generate
 from tune_dfrl.trainers.embedded.trainer import GRPOTrainer
+
+from tune_dfrl.backend import ArmSpec
 
 BASELINE = ArmSpec("baseline", {}, "baseline", "uniform GRPO")
 
@@ -76,13 +76,17 @@ def main() -> None:
         trial_s = time.perf_counter() - start
         print(f"default trial ({r.steps} steps, milestone every {r.milestone_every}): {trial_s:.1f} s")
 
-    print(json.dumps({
-        "step_ms": round(step_ms, 1),
-        "rollout_tokens_per_s": round(rollout_tokens_per_s),
-        "eval_s": round(eval_s, 2),
-        "base_build_s": round(base_build_s, 1),
-        "trial_s": round(trial_s, 1),
-    }))
+    print(
+        json.dumps(
+            {
+                "step_ms": round(step_ms, 1),
+                "rollout_tokens_per_s": round(rollout_tokens_per_s),
+                "eval_s": round(eval_s, 2),
+                "base_build_s": round(base_build_s, 1),
+                "trial_s": round(trial_s, 1),
+            }
+        )
+    )
 
 
 def _rollout_rate(trainer: GRPOTrainer, r: EmbeddedRecipe, repeats: int = 10) -> float:
@@ -94,7 +98,13 @@ def _rollout_rate(trainer: GRPOTrainer, r: EmbeddedRecipe, repeats: int = 10) ->
         prompts = trainer.prompt_batch(draw)
         start = time.perf_counter()
         _, mask = generate(
-            trainer.model, prompts.prompt_ids, prompts.prompt_mask, r.max_new_tokens, r.temperature, generator, r.rollout_n
+            trainer.model,
+            prompts.prompt_ids,
+            prompts.prompt_mask,
+            r.max_new_tokens,
+            r.temperature,
+            generator,
+            r.rollout_n,
         )
         seconds += time.perf_counter() - start
         tokens += float(mask.sum())

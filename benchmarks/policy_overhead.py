@@ -22,13 +22,12 @@ import argparse
 import json
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
+from tune_dfrl.policies import RolloutBatch, make_policy
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
 from verl.workers.config import ActorConfig
-
-from tune_dfrl.policies import RolloutBatch, make_policy
 
 POLICIES: list[tuple[str, str, dict]] = [
     ("baseline", "baseline", {}),
@@ -114,11 +113,19 @@ def main() -> None:
         for name, method, params in POLICIES:
             ms, loss_ms = paired_ms(policy_hook(full, method, params, n), loss_forward(full), args.reps)
             ms_eighth, loss_eighth = paired_ms(policy_hook(eighth, method, params, n), loss_forward(eighth), args.reps)
-            row = dict(policy=name, shape=f"{prompts}x{n}x{length}", ms=round(ms, 2), ratio=round(ms / loss_ms, 4),
-                       ms_eighth=round(ms_eighth, 2))
-            print(f"  {name:18s} {ms:8.1f} ms  loss {loss_ms:7.1f} ms  ratio {ms / loss_ms:.3f}  "
-                  f"| at 1/8: {ms_eighth:7.1f} ms (full / eighth = {ms / ms_eighth:.1f}; "
-                  f"loss full / eighth = {loss_ms / loss_eighth:.1f})", flush=True)
+            row = dict(
+                policy=name,
+                shape=f"{prompts}x{n}x{length}",
+                ms=round(ms, 2),
+                ratio=round(ms / loss_ms, 4),
+                ms_eighth=round(ms_eighth, 2),
+            )
+            print(
+                f"  {name:18s} {ms:8.1f} ms  loss {loss_ms:7.1f} ms  ratio {ms / loss_ms:.3f}  "
+                f"| at 1/8: {ms_eighth:7.1f} ms (full / eighth = {ms / ms_eighth:.1f}; "
+                f"loss full / eighth = {loss_ms / loss_eighth:.1f})",
+                flush=True,
+            )
             results.append(row)
         del full, eighth
     print(json.dumps({"max_ratio": max(r["ratio"] for r in results), "results": results}))

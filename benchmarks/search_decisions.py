@@ -67,8 +67,8 @@ import pandas as pd
 from pandas.api.typing import SeriesGroupBy
 from scipy import stats
 
-from tune_dfrl.schema import weights
 from tune_dfrl.rungs import RungRule, decide
+from tune_dfrl.schema import weights
 from tune_dfrl.scores import dataflex_benchmarks
 from tune_dfrl.sequential import SequentialRule, is_settled, look, recommendation
 
@@ -156,8 +156,14 @@ class CampaignModel:
             raise ValueError("bad campaign model: " + "; ".join(problems))
 
 
-def simulate_scores(effects: Sequence[float], model: CampaignModel, campaigns: int, rng: np.random.Generator,
-                    extra_seeds: int = 0, extra_rng: np.random.Generator | None = None) -> np.ndarray:
+def simulate_scores(
+    effects: Sequence[float],
+    model: CampaignModel,
+    campaigns: int,
+    rng: np.random.Generator,
+    extra_seeds: int = 0,
+    extra_rng: np.random.Generator | None = None,
+) -> np.ndarray:
     """Scores [campaigns, 1 + K arms, seeds + extra_seeds, milestones]; arm 0 is the control.
 
     The extra seeds (for the 12-seed and sequential designs) come from `extra_rng` and share the
@@ -170,7 +176,9 @@ def simulate_scores(effects: Sequence[float], model: CampaignModel, campaigns: i
     return np.concatenate([scores, *extra], axis=2)  # seed j's scores do not depend on how many follow
 
 
-def seed_block(effects: Sequence[float], transient: np.ndarray, model: CampaignModel, seeds: int, rng: np.random.Generator) -> np.ndarray:
+def seed_block(
+    effects: Sequence[float], transient: np.ndarray, model: CampaignModel, seeds: int, rng: np.random.Generator
+) -> np.ndarray:
     """The scores of `seeds` new seeds of every arm, given the campaign's transient effects [C, 1 + K, 1, 1]."""
     shape = (transient.shape[0], transient.shape[1], seeds, model.milestones)
     progress = np.arange(1, model.milestones + 1) / model.milestones
@@ -238,7 +246,9 @@ def wilcoxon_keep(p_threshold: float) -> KeepRule:
     return keep
 
 
-def run_paired_rungs(scores: np.ndarray, orders: np.ndarray, keep: KeepRule, rungs: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def run_paired_rungs(
+    scores: np.ndarray, orders: np.ndarray, keep: KeepRule, rungs: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
     """Whole arms (all seeds) stopped at rungs by `keep`, in launch order; the control runs first, never stopped.
 
     scores [C, A, S, M], orders [C, A - 1] -> finished [C, A], trial_steps [C].
@@ -399,7 +409,9 @@ def metrics(outcomes: Outcomes, effects: Sequence[float], grid_steps: int) -> Me
     )
 
 
-def run_benchmark(model: CampaignModel, plan: Plan, campaigns: int, seed: int, methods: Sequence[str] = METHODS) -> dict[str, dict[str, Metrics]]:
+def run_benchmark(
+    model: CampaignModel, plan: Plan, campaigns: int, seed: int, methods: Sequence[str] = METHODS
+) -> dict[str, dict[str, Metrics]]:
     """{setting: {method: Metrics}} over `campaigns` simulated campaigns per setting.
 
     compute_frac is relative to the full paired grid at `model.seeds` seeds, except for `fixed12`
@@ -409,7 +421,9 @@ def run_benchmark(model: CampaignModel, plan: Plan, campaigns: int, seed: int, m
     seeds = max(model.seeds, FIXED_SEEDS, plan.sequential.max)
     for index, (setting, effects) in enumerate(SETTINGS.items()):
         rng = np.random.default_rng([seed, index])
-        scores = simulate_scores(effects, model, campaigns, rng, seeds - model.seeds, np.random.default_rng([seed, index, 1]))
+        scores = simulate_scores(
+            effects, model, campaigns, rng, seeds - model.seeds, np.random.default_rng([seed, index, 1])
+        )
         n_arms = len(effects) + 1
         orders = rng.permuted(np.tile(np.arange(1, n_arms), (campaigns, 1)), axis=1)
         trial_orders = rng.permuted(np.tile(np.arange(n_arms * model.seeds), (campaigns, 1)), axis=1)
@@ -448,8 +462,10 @@ def target_lines(results: dict[str, dict[str, Metrics]]) -> list[str]:
         m = results[HEADLINE][method]
         worst_false = max(r[method].false_winner for r in results.values())
         gaps = [
-            f"compute {m.compute_frac:.3f} vs <= 0.5" + ("" if m.compute_frac <= 0.5 else f" (over by {m.compute_frac - 0.5:.3f})"),
-            f"best kept {m.best_kept:.3f} vs >= 0.9" + ("" if m.best_kept >= 0.9 else f" (short by {0.9 - m.best_kept:.3f})"),
+            f"compute {m.compute_frac:.3f} vs <= 0.5"
+            + ("" if m.compute_frac <= 0.5 else f" (over by {m.compute_frac - 0.5:.3f})"),
+            f"best kept {m.best_kept:.3f} vs >= 0.9"
+            + ("" if m.best_kept >= 0.9 else f" (short by {0.9 - m.best_kept:.3f})"),
             f"false winners {worst_false:.3f} (worst setting) vs <= 0.05"
             + ("" if worst_false <= 0.05 else f" (over by {worst_false - 0.05:.3f})"),
         ]
@@ -466,9 +482,11 @@ def sequential_target_line(results: dict[str, dict[str, Metrics]]) -> str:
     worst_compute = max(r["sequential"].compute_frac for r in results.values())
     pick_gap = min(r["sequential"].picked_best - r["fixed12"].picked_best for s, r in results.items() if s != NULL)
     met = worst_false <= 0.05 and pick_gap >= -0.03 and worst_compute <= 0.5
-    return (f"target {'MET' if met else 'NOT MET'} for sequential vs fixed12: false winners {worst_false:.3f} (worst setting) "
-            f"vs <= 0.05; picked_best minus fixed12's {pick_gap:+.3f} (worst setting) vs >= -0.03; "
-            f"compute {worst_compute:.3f} of fixed12's (worst setting) vs <= 0.5")
+    return (
+        f"target {'MET' if met else 'NOT MET'} for sequential vs fixed12: false winners {worst_false:.3f} (worst setting) "
+        f"vs <= 0.05; picked_best minus fixed12's {pick_gap:+.3f} (worst setting) vs >= -0.03; "
+        f"compute {worst_compute:.3f} of fixed12's (worst setting) vs <= 0.5"
+    )
 
 
 def summary_json(results: dict[str, dict[str, Metrics]]) -> str:
@@ -490,7 +508,9 @@ def summary_json(results: dict[str, dict[str, Metrics]]) -> str:
 
 def sweep(model: CampaignModel, campaigns: int, seed: int) -> None:
     """Rung-rule defaults from this benchmark: grace_fraction x confidence x (race | paired_asha, eta 3)."""
-    print("| mode | confidence | grace_fraction | compute_frac | best_kept | false_winner (worst setting) | null_correct |")
+    print(
+        "| mode | confidence | grace_fraction | compute_frac | best_kept | false_winner (worst setting) | null_correct |"
+    )
     print("|---|---|---|---|---|---|---|")
     for grace in (0.0, 0.2, 0.3, 0.4):
         for confidence in (0.5, 0.6, 0.7, 0.8, 0.9):
@@ -512,7 +532,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=8, help="paired seeds per arm")
     parser.add_argument("--milestones", type=int, default=10, help="evaluation milestones per trial")
     parser.add_argument("--proxy-half", type=float, default=0.7, help="share of the true effect in the half-way delta")
-    parser.add_argument("--sweep", action="store_true", help="also sweep rung-rule settings (slow; for tuning defaults)")
+    parser.add_argument(
+        "--sweep", action="store_true", help="also sweep rung-rule settings (slow; for tuning defaults)"
+    )
     args = parser.parse_args(argv)
 
     started = time.perf_counter()

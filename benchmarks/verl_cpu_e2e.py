@@ -28,46 +28,81 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from tune_dfrl.trainers.verl.recipe import hydra_quote
 
 VAL_ITEMS = 8  # validation rows per benchmark
 TRAIN_PER_DOMAIN = 32
 CPU_TRIAL_CPUS = 2  # Tune's CPUs per CPU trial, and the search's Ray has as many: one trial at a time
 # One GPU, the tiny model: a small vLLM share, the trainer without flash-attn.
-GPU_OVERRIDES = ("actor_rollout_ref.rollout.gpu_memory_utilization=0.3", "actor_rollout_ref.model.use_remove_padding=false",
-                 "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-                 "actor_rollout_ref.rollout.agent.num_workers=1", "reward.num_workers=1")
+GPU_OVERRIDES = (
+    "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
+    "actor_rollout_ref.model.use_remove_padding=false",
+    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    "actor_rollout_ref.rollout.agent.num_workers=1",
+    "reward.num_workers=1",
+)
 
 
 def export(root: Path, model_dir: Path | None = None) -> dict:
     """Model and parquet files under `root` (the exporter's command; `model_dir`: an embedded model
     directory other than the cached base model), and `val_small.parquet`."""
     model = [f"--model-dir={model_dir}"] if model_dir is not None else []
-    subprocess.run([sys.executable, "-m", "tune_dfrl.trainers.verl.export", str(root), f"--per-domain={TRAIN_PER_DOMAIN}",
-                    *model], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "tune_dfrl.trainers.verl.export", str(root), f"--per-domain={TRAIN_PER_DOMAIN}", *model],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     val = pq.read_table(root / "data" / "val.parquet")
     first: dict[str, str] = {}
     for source, domain in zip(val.column("data_source").to_pylist(), val.column("domain").to_pylist()):
         first.setdefault(domain, source)
-    rows = [r for source in first.values() for r in [r for r in val.to_pylist() if r["data_source"] == source][:VAL_ITEMS]]
+    rows = [
+        r for source in first.values() for r in [r for r in val.to_pylist() if r["data_source"] == source][:VAL_ITEMS]
+    ]
     pq.write_table(pa.Table.from_pylist(rows, schema=val.schema), root / "data" / "val_small.parquet")
-    return {"model": root / "model", "train": root / "data" / "train.parquet", "val": root / "data" / "val_small.parquet",
-            "benchmarks": [{"data_source": s, "name": s, "domain": d, "items": VAL_ITEMS} for d, s in first.items()]}
+    return {
+        "model": root / "model",
+        "train": root / "data" / "train.parquet",
+        "val": root / "data" / "val_small.parquet",
+        "benchmarks": [{"data_source": s, "name": s, "domain": d, "items": VAL_ITEMS} for d, s in first.items()],
+    }
 
 
-def search_args(files: dict, device: str, arms: int, seeds: int, steps: int, out: Path, control_cache: str = "null") -> list[str]:
+def search_args(
+    files: dict, device: str, arms: int, seeds: int, steps: int, out: Path, control_cache: str = "null"
+) -> list[str]:
     """The search command's overrides: a tiny GRPO recipe (groups of 4, 8 prompts a step, 8 response tokens)."""
-    benchmarks = ",".join("{" + ",".join(f"{k}:{v}" for k, v in b.items()) + ",reference_format:'{answer}'}"
-                          for b in files["benchmarks"])
-    device_args = ([f"backend.cpus_per_trial={CPU_TRIAL_CPUS}", f"ray.num_cpus={CPU_TRIAL_CPUS}", "backend.overrides=[]"]
-                   if device == "cpu" else [f"backend.overrides=[{','.join(GPU_OVERRIDES)}]"])
-    return ["space=difffilter_band", "backend=verl", f"backend.device={device}", "backend.gpus_per_trial=1",
-            f"backend.model_path={hydra_quote(str(files['model']))}", f"backend.train_files=[{hydra_quote(str(files['train']))}]",
-            f"backend.val_files=[{hydra_quote(str(files['val']))}]", f"backend.benchmarks=[{benchmarks}]", "backend.rollout_n=4",
-            "backend.train_batch_size=8", "backend.max_prompt_length=48", "backend.max_response_length=8",
-            "backend.lr=1e-4", *device_args, f"steps={steps}", "milestone_every=1", f"arms={arms}", f"seeds={seeds}",
-            "scheduler.name=fifo", f"control_cache={control_cache}", f"out={hydra_quote(str(out))}"]
+    benchmarks = ",".join(
+        "{" + ",".join(f"{k}:{v}" for k, v in b.items()) + ",reference_format:'{answer}'}" for b in files["benchmarks"]
+    )
+    device_args = (
+        [f"backend.cpus_per_trial={CPU_TRIAL_CPUS}", f"ray.num_cpus={CPU_TRIAL_CPUS}", "backend.overrides=[]"]
+        if device == "cpu"
+        else [f"backend.overrides=[{','.join(GPU_OVERRIDES)}]"]
+    )
+    return [
+        "space=difffilter_band",
+        "backend=verl",
+        f"backend.device={device}",
+        "backend.gpus_per_trial=1",
+        f"backend.model_path={hydra_quote(str(files['model']))}",
+        f"backend.train_files=[{hydra_quote(str(files['train']))}]",
+        f"backend.val_files=[{hydra_quote(str(files['val']))}]",
+        f"backend.benchmarks=[{benchmarks}]",
+        "backend.rollout_n=4",
+        "backend.train_batch_size=8",
+        "backend.max_prompt_length=48",
+        "backend.max_response_length=8",
+        "backend.lr=1e-4",
+        *device_args,
+        f"steps={steps}",
+        "milestone_every=1",
+        f"arms={arms}",
+        f"seeds={seeds}",
+        "scheduler.name=fifo",
+        f"control_cache={control_cache}",
+        f"out={hydra_quote(str(out))}",
+    ]
 
 
 def search_env() -> dict[str, str]:
@@ -78,13 +113,23 @@ def timings(out: Path) -> dict[str, float]:
     """Seconds per verl step (`timing_s/step` of every step) and trial start-up (each child start's
     `startup_s` in the cell's verl_runs.jsonl, trainers/verl/backend.py), over all cells of the search."""
     cells = sorted((out / "cells").glob("*/seed*/checkpoint"))
-    steps = [r["data"]["timing_s/step"] for cell in cells
-             for r in map(json.loads, (cell / "verl_metrics.jsonl").read_text().splitlines())
-             if "timing_s/step" in r["data"]]  # not a resumed start's validation before training
-    startup = [r["startup_s"] for cell in cells for r in map(json.loads, (cell / "verl_runs.jsonl").read_text().splitlines())]
-    return {"trials": len(cells), "steps": len(steps), "seconds_per_step": statistics.mean(steps),
-            "seconds_per_step_max": max(steps), "trial_startup_s": statistics.mean(startup),
-            "trial_startup_s_max": max(startup)}
+    steps = [
+        r["data"]["timing_s/step"]
+        for cell in cells
+        for r in map(json.loads, (cell / "verl_metrics.jsonl").read_text().splitlines())
+        if "timing_s/step" in r["data"]
+    ]  # not a resumed start's validation before training
+    startup = [
+        r["startup_s"] for cell in cells for r in map(json.loads, (cell / "verl_runs.jsonl").read_text().splitlines())
+    ]
+    return {
+        "trials": len(cells),
+        "steps": len(steps),
+        "seconds_per_step": statistics.mean(steps),
+        "seconds_per_step_max": max(steps),
+        "trial_startup_s": statistics.mean(startup),
+        "trial_startup_s_max": max(startup),
+    }
 
 
 def main() -> int:
@@ -94,7 +139,9 @@ def main() -> int:
     parser.add_argument("--arms", type=int, default=2)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--model-dir", type=Path, default=None, help="embedded model to export (default: the cached base model)")
+    parser.add_argument(
+        "--model-dir", type=Path, default=None, help="embedded model to export (default: the cached base model)"
+    )
     args = parser.parse_args()
     root = args.out.resolve()
     began = time.monotonic()
@@ -102,17 +149,33 @@ def main() -> int:
     print(f"exported in {time.monotonic() - began:.0f} s: {root}", flush=True)
     out = root / "search"
     began = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "tune_dfrl.search",
-                           *search_args(files, args.device, args.arms, args.seeds, args.steps, out)], env=search_env())
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tune_dfrl.search",
+            *search_args(files, args.device, args.arms, args.seeds, args.steps, out),
+        ],
+        env=search_env(),
+    )
     wall = time.monotonic() - began
     if done.returncode != 0:
         print(f"error: the search exited with code {done.returncode}", file=sys.stderr)
         return done.returncode
-    figures = {"device": args.device, "arms": args.arms, "seeds": args.seeds, "steps_per_trial": args.steps,
-               **timings(out), "search_wall_s": wall, "out": str(out)}
-    print(f"{figures['trials']} trials, {figures['steps']} verl steps: {figures['seconds_per_step']:.1f} s per step "
-          f"(max {figures['seconds_per_step_max']:.1f}), trial start-up {figures['trial_startup_s']:.1f} s "
-          f"(max {figures['trial_startup_s_max']:.1f}), search wall time {wall:.0f} s")
+    figures = {
+        "device": args.device,
+        "arms": args.arms,
+        "seeds": args.seeds,
+        "steps_per_trial": args.steps,
+        **timings(out),
+        "search_wall_s": wall,
+        "out": str(out),
+    }
+    print(
+        f"{figures['trials']} trials, {figures['steps']} verl steps: {figures['seconds_per_step']:.1f} s per step "
+        f"(max {figures['seconds_per_step_max']:.1f}), trial start-up {figures['trial_startup_s']:.1f} s "
+        f"(max {figures['trial_startup_s_max']:.1f}), search wall time {wall:.0f} s"
+    )
     print(json.dumps(figures))
     return 0
 

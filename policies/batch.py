@@ -13,9 +13,9 @@ one `workspace` buffer per batch, which the policy result finally takes over as 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable
 
 import torch
 

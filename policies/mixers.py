@@ -20,8 +20,9 @@ last update.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -55,14 +56,16 @@ class DomainWindow:
             raise ValueError(f"domain ids must be in [0, {self.num_domains}); got {domain.min()}..{domain.max()}")
         if self.steps and step < self.steps[-1]:
             raise ValueError(f"steps must not decrease; got step {step} after {self.steps[-1]}")
-        row = np.stack([np.bincount(domain, weights=w, minlength=self.num_domains) for w in (reward, abs_advantage)]
-                       + [np.bincount(domain, minlength=self.num_domains).astype(float)])
+        row = np.stack(
+            [np.bincount(domain, weights=w, minlength=self.num_domains) for w in (reward, abs_advantage)]
+            + [np.bincount(domain, minlength=self.num_domains).astype(float)]
+        )
         self.drawn += row[2]
         if self.steps and self.steps[-1] == step:
             self.sums[-1] += row
         else:
-            self.steps = (self.steps + [step])[-self.window:]
-            self.sums = np.concatenate([self.sums, row[None]])[-self.window:]
+            self.steps = (self.steps + [step])[-self.window :]
+            self.sums = np.concatenate([self.sums, row[None]])[-self.window :]
 
     def stats(self) -> DomainStats:
         reward_sum, adv_sum, count = self.sums.sum(axis=0) if self.steps else np.zeros((3, self.num_domains))
@@ -126,10 +129,21 @@ class MixerRule:
     logits: Callable[[DomainStats, dict[str, Any]], np.ndarray] | None
 
 
-TEMPERATURE = Param("temperature", 1.0, Interval(float, 0.0, None, "neither"), search=(0.01, 10.0), log=True,
-                    doc="softmax temperature T")
-FLOOR = Param("floor", 0.0, Interval(float, 0.0, Bound("num_domains", reciprocal=True, unknown=1.0), "left"),
-              search=(0.0, 0.1), doc="exact minimum proportion per domain")
+TEMPERATURE = Param(
+    "temperature",
+    1.0,
+    Interval(float, 0.0, None, "neither"),
+    search=(0.01, 10.0),
+    log=True,
+    doc="softmax temperature T",
+)
+FLOOR = Param(
+    "floor",
+    0.0,
+    Interval(float, 0.0, Bound("num_domains", reciprocal=True, unknown=1.0), "left"),
+    search=(0.0, 0.1),
+    doc="exact minimum proportion per domain",
+)
 SCHEDULE = (
     Param("window", 10, Interval(int, 1, None), searchable=False, doc="steps in the statistics window W"),
     Param("update_every", 1, Interval(int, 1, None), searchable=False, doc="steps between proportion updates"),
@@ -139,13 +153,35 @@ SCHEDULE = (
 MIXERS: dict[str, MixerRule] = {
     m.name: m
     for m in (
-        MixerRule("static", (Param("proportions", None, ListOf(Interval(float, 0.0, None)), searchable=False,
-                                   doc="fixed domain proportions (normalised; uniform when omitted)"),), None),
+        MixerRule(
+            "static",
+            (
+                Param(
+                    "proportions",
+                    None,
+                    ListOf(Interval(float, 0.0, None)),
+                    searchable=False,
+                    doc="fixed domain proportions (normalised; uniform when omitted)",
+                ),
+            ),
+            None,
+        ),
         MixerRule("reward_gap", (TEMPERATURE, FLOOR, *SCHEDULE), reward_gap),
-        MixerRule("dump_ucb", (Param("c", 1.0, Interval(float, 0.0, None), search=(0.0, 4.0), doc="exploration weight"),
-                               TEMPERATURE, FLOOR, *SCHEDULE), dump_ucb),
-        MixerRule("tscl", (TEMPERATURE, Param("signed", False, BOOL, doc="use max(beta, 0) instead of |beta|"),
-                           FLOOR, *SCHEDULE), tscl),
+        MixerRule(
+            "dump_ucb",
+            (
+                Param("c", 1.0, Interval(float, 0.0, None), search=(0.0, 4.0), doc="exploration weight"),
+                TEMPERATURE,
+                FLOOR,
+                *SCHEDULE,
+            ),
+            dump_ucb,
+        ),
+        MixerRule(
+            "tscl",
+            (TEMPERATURE, Param("signed", False, BOOL, doc="use max(beta, 0) instead of |beta|"), FLOOR, *SCHEDULE),
+            tscl,
+        ),
     )
 }
 
@@ -182,7 +218,9 @@ class Mixer:
             raise ValueError("observe needs domain, reward and abs_advantage (or a RolloutBatch)")
         d, r, a = _as_numpy(domain, np.int64), _as_numpy(reward, float), _as_numpy(abs_advantage, float)
         if not d.shape == r.shape == a.shape:
-            raise ValueError(f"domain, reward, abs_advantage must have equal length; got {d.shape}, {r.shape}, {a.shape}")
+            raise ValueError(
+                f"domain, reward, abs_advantage must have equal length; got {d.shape}, {r.shape}, {a.shape}"
+            )
         for name, values in (("reward", r), ("abs_advantage", a)):
             if not np.isfinite(values).all():
                 raise ValueError(f"observe: {name} has {int((~np.isfinite(values)).sum())} NaN/inf entries")

@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
 Closed = Literal["both", "left", "right", "neither"]
 CLOSED_BY_OPEN_SIDES: dict[tuple[bool, bool], Closed] = {
-    (False, False): "both", (False, True): "left", (True, False): "right", (True, True): "neither"
+    (False, False): "both",
+    (False, True): "left",
+    (True, False): "right",
+    (True, True): "neither",
 }
 SYMBOLS = {"rollout_n": "n", "num_domains": "K"}
 
@@ -127,6 +131,7 @@ class Interval:
 
     def text(self, ctx: Context = Context()) -> str:
         """Interval notation, e.g. `(0, inf)`, `[1, n-1]`, `[0, 0.25)`."""
+
         def end(e: float | Bound | None, infinite: str) -> str:
             return infinite if e is None else e.text(ctx) if isinstance(e, Bound) else _fmt(e)
 
@@ -164,6 +169,7 @@ class Interval:
 
     def invalid(self, ctx: Context) -> list[Any]:
         """Values this interval must reject: wrong types, non-finite, just outside each end."""
+
         def past(end: float, direction: int) -> float:
             return end + direction if self.type is int else math.nextafter(end, direction * math.inf)
 
@@ -411,8 +417,10 @@ class ParamSpec:
             else:
                 continue
             if cut.sampling_bounds() is None:
-                raise ValueError(f"impossible search range for {self.owner}: {name} in {r.text()} "
-                                 f"cannot {relation} fixed {partner}={fixed[partner]}")
+                raise ValueError(
+                    f"impossible search range for {self.owner}: {name} in {r.text()} "
+                    f"cannot {relation} fixed {partner}={fixed[partner]}"
+                )
             r = cut
         return r
 

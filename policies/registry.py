@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -75,7 +76,9 @@ def resolve(method: str) -> Method:
     scorer_params = scorer.params if scorer else ()
     if actuator_name in SELECTORS:
         s = SELECTORS[actuator_name]
-        return Method(method, "selector", scorer, s, ParamSpec(method, s.params + scorer_params + (DENOMINATOR,), s.constraints))
+        return Method(
+            method, "selector", scorer, s, ParamSpec(method, s.params + scorer_params + (DENOMINATOR,), s.constraints)
+        )
     if actuator_name in REWEIGHTERS:
         r = REWEIGHTERS[actuator_name]
         return Method(method, "reweighter", scorer, r, ParamSpec(method, r.params + scorer_params, r.constraints))
@@ -105,7 +108,9 @@ class Policy:
         m, p = self.method, self.params
         everyone = torch.ones(batch.num_responses, dtype=torch.bool)
         if m.kind == "uniform":
-            return _result(batch, Weights.per_response(everyone.double(), batch.token_counts), batch.advantages, everyone)
+            return _result(
+                batch, Weights.per_response(everyone.double(), batch.token_counts), batch.advantages, everyone
+            )
         if m.kind == "reweighter":
             scope = in_scope(batch, p["scope"])  # before scoring: both may use the batch workspace
             weights = m.actuator.weigh(batch, m.scorer.score(batch, p), p, scope)
@@ -171,7 +176,9 @@ def make_mixer(
     chosen = p.get("proportions") or static_proportions
     static = np.full(num_domains, 1 / num_domains) if chosen is None else np.asarray(chosen, dtype=float)
     if static.shape != (num_domains,) or (static < 0).any() or not static.sum() > 0:
-        raise ValueError(f"static proportions must be {num_domains} numbers >= 0 with a positive sum; got {list(chosen)}")
+        raise ValueError(
+            f"static proportions must be {num_domains} numbers >= 0 with a positive sum; got {list(chosen)}"
+        )
     return Mixer(m.actuator, p, num_domains, static / static.sum())
 
 

@@ -16,8 +16,9 @@ rule: the settings under which its weights are all 1 act exactly as uniform GRPO
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -119,7 +120,9 @@ def _uniform_at_alpha_0(p: dict[str, Any], ctx: Context, defaults: dict[str, Any
 
 
 SCOPE = Param(
-    "scope", "batch", Options(("batch", "informative")),
+    "scope",
+    "batch",
+    Options(("batch", "informative")),
     doc="normalise to mean 1 over all responses, or over those with non-zero advantage",
 )
 
@@ -129,8 +132,17 @@ REWEIGHTERS: dict[str, Reweighter] = {
         Reweighter(
             "softmax",
             "advantage_magnitude",
-            (Param("temperature", 1.0, Interval(float, 0.0, None, "neither"), search=(0.01, 10.0), log=True,
-                   doc="softmax temperature T"), SCOPE),
+            (
+                Param(
+                    "temperature",
+                    1.0,
+                    Interval(float, 0.0, None, "neither"),
+                    search=(0.01, 10.0),
+                    log=True,
+                    doc="softmax temperature T",
+                ),
+                SCOPE,
+            ),
             softmax,
         ),
         Reweighter(
@@ -139,7 +151,13 @@ REWEIGHTERS: dict[str, Reweighter] = {
             (
                 Param("q_low", 0.25, Interval(float, 0.0, 1.0, "left"), doc="lower quantile of the band"),
                 Param("q_high", 0.75, Interval(float, 0.0, 1.0, "right"), doc="upper quantile of the band"),
-                Param("focus", 2.0, Interval(float, 1.0, None), search=(1.0, 8.0), doc="weight inside the band before norm1"),
+                Param(
+                    "focus",
+                    2.0,
+                    Interval(float, 1.0, None),
+                    search=(1.0, 8.0),
+                    doc="weight inside the band before norm1",
+                ),
                 SCOPE,
             ),
             difficulty_band,

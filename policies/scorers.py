@@ -11,8 +11,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -62,14 +63,28 @@ SCORERS: dict[str, Scorer] = {
         Scorer("reward", (), reward),
         Scorer(
             "advantage_magnitude",
-            (Param("agg", "mean", Options(("mean", "sum", "max")), searchable=False,
-                   doc="how |A_it| is aggregated over the response's valid tokens"),),
+            (
+                Param(
+                    "agg",
+                    "mean",
+                    Options(("mean", "sum", "max")),
+                    searchable=False,
+                    doc="how |A_it| is aggregated over the response's valid tokens",
+                ),
+            ),
             advantage_magnitude,
         ),
         Scorer(
             "group_solve_rate",
-            (Param("success_threshold", 0.5, Interval(float, 0.0, 1.0, "left"), searchable=False,
-                   doc="a response counts as solved iff R_i > this (verifier rewards lie in [0, 1])"),),
+            (
+                Param(
+                    "success_threshold",
+                    0.5,
+                    Interval(float, 0.0, 1.0, "left"),
+                    searchable=False,
+                    doc="a response counts as solved iff R_i > this (verifier rewards lie in [0, 1])",
+                ),
+            ),
             group_solve_rate,
         ),
         Scorer("token_prob", (), token_prob, token_level=True),

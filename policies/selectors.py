@@ -19,8 +19,9 @@ their tokens stay in the token-mean denominator).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -172,7 +173,9 @@ def kept_group_advantages(batch: RolloutBatch, keep: torch.Tensor) -> torch.Tens
 
 
 DENOMINATOR = Param(
-    "denominator", "all", Options(("all", "kept")),
+    "denominator",
+    "all",
+    Options(("all", "kept")),
     doc="all: dropped tokens stay in verl's token-mean denominator; kept: rescale by all/kept tokens",
 )
 RECOMPUTE = Param("recompute_advantages", False, BOOL, doc="recompute GRPO advantages on the kept subset of each group")

@@ -19,8 +19,14 @@ from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS
 FIRST_OF_DOMAIN: dict[str, str] = {}
 for benchmark in BENCHMARKS:
     FIRST_OF_DOMAIN.setdefault(benchmark.info().domain, benchmark.name)
-TINY = ("steps=4", "milestone_every=2", "backend.prompts_per_step=8", "backend.lr=0.001", "backend.base.steps=200",
-        f"backend.eval_benchmarks=[{','.join(FIRST_OF_DOMAIN.values())}]")
+TINY = (
+    "steps=4",
+    "milestone_every=2",
+    "backend.prompts_per_step=8",
+    "backend.lr=0.001",
+    "backend.base.steps=200",
+    f"backend.eval_benchmarks=[{','.join(FIRST_OF_DOMAIN.values())}]",
+)
 
 
 def free_port() -> int:
@@ -42,11 +48,19 @@ def search_command(*overrides: str) -> list[str]:
     return [sys.executable, "-m", "tune_dfrl.search", *overrides]
 
 
-def start(command: list[str], cwd: Path, env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen:
+def start(
+    command: list[str], cwd: Path, env: dict[str, str] | None = None, log: Path | None = None
+) -> subprocess.Popen:
     """A subprocess in its own session (so its whole process group can be stopped), output to `log`."""
     out = open(log, "w") if log is not None else subprocess.DEVNULL  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(command, cwd=cwd, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    return subprocess.Popen(
+        command,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def stop(proc: subprocess.Popen, marker: str | None = None, sig: int = signal.SIGTERM, grace_s: float = 20.0) -> None:
@@ -112,8 +126,15 @@ backends.BACKENDS["synthetic"] = search_helpers.build
 sys.argv = ["tune_dfrl.search", *sys.argv[1:]]
 search.main()
 """
-SMALL = ("backend.name=synthetic", "space=maxvar_keep", "seeds=2", "arms=1", "steps=10", "milestone_every=5",
-         "ray.num_cpus=2")
+SMALL = (
+    "backend.name=synthetic",
+    "space=maxvar_keep",
+    "seeds=2",
+    "arms=1",
+    "steps=10",
+    "milestone_every=5",
+    "ray.num_cpus=2",
+)
 
 
 def synthetic_search_command(*overrides: str) -> list[str]:

@@ -11,19 +11,23 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
-
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from tune_dfrl.backend import ArmSpec, BenchmarkInfo, CalibrationResult, Milestone
 from tune_dfrl.search import register_configs
 
-BENCHMARKS = [BenchmarkInfo("arith", "math", 40), BenchmarkInfo("bool", "logic", 40), BenchmarkInfo("units", "science", 40)]
+BENCHMARKS = [
+    BenchmarkInfo("arith", "math", 40),
+    BenchmarkInfo("bool", "logic", 40),
+    BenchmarkInfo("units", "science", 40),
+]
 
 
 @dataclass(frozen=True)
@@ -69,10 +73,15 @@ class SyntheticBackend:
                 continue
             s = self.score(arm, seed, step, steps)
             state.write_text(json.dumps({"step": step}))
-            report(Milestone(step, accuracy={b.name: s for b in BENCHMARKS},
-                             length_chars={b.name: 100.0 for b in BENCHMARKS},
-                             format_failure={b.name: 0.0 for b in BENCHMARKS},
-                             aggregates={"db": s, "macro": s, "item": s, "efficiency": s / 100.0 * 10.0}))
+            report(
+                Milestone(
+                    step,
+                    accuracy={b.name: s for b in BENCHMARKS},
+                    length_chars={b.name: 100.0 for b in BENCHMARKS},
+                    format_failure={b.name: 0.0 for b in BENCHMARKS},
+                    aggregates={"db": s, "macro": s, "item": s, "efficiency": s / 100.0 * 10.0},
+                )
+            )
 
 
 def build(cfg: dict[str, Any]) -> SyntheticBackend:

@@ -6,10 +6,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-
-from tune_dfrl.backend import ArmSpec, Backend
 from tune_dfrl.policies import registry, scorers
 from tune_dfrl.trainers.embedded import EmbeddedBackend, EmbeddedRecipe
+
+from tune_dfrl.backend import ArmSpec, Backend
 
 BASELINE = ArmSpec("baseline", {}, "baseline", "baseline")
 
@@ -80,4 +80,3 @@ def test_validate_accepts_every_paper_method():
     backend = EmbeddedBackend()
     for method in registry.PAPER_METHODS:
         backend.validate(ArmSpec(method, {}, method, method))
-

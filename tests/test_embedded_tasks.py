@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS, get_benchmarks, training_pools
 from tune_dfrl.trainers.embedded.overlap import max_jaccard, ngrams, normal_form
 from tune_dfrl.trainers.embedded.tasks import DOMAINS, KINDS, Item, make_item, parse, verify
@@ -41,8 +40,12 @@ def test_hand_computed_answers_of_generators():
     assert _eval_boolean("~t|~f&t") is True
     # a: "b is a knave"; b: "a and b are knights" -> a knight, b knave is the only consistent assignment
     claims = {"a": "b-", "b": "a+&b+"}
-    fits = [(ra, rb) for ra in (True, False) for rb in (True, False)
-            if all(_holds(c, {"a": ra, "b": rb}) == {"a": ra, "b": rb}[n] for n, c in claims.items())]
+    fits = [
+        (ra, rb)
+        for ra in (True, False)
+        for rb in (True, False)
+        if all(_holds(c, {"a": ra, "b": rb}) == {"a": ra, "b": rb}[n] for n, c in claims.items())
+    ]
     assert fits == [(True, False)]
 
 

@@ -8,8 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from tune_dfrl.backend import ArmSpec, Milestone
 from tune_dfrl.policies import largest_remainder
 from tune_dfrl.trainers.embedded.backend import EmbeddedBackend
 from tune_dfrl.trainers.embedded.base import BaseRecipe, ensure_base_model
@@ -21,9 +19,13 @@ from tune_dfrl.trainers.embedded.recipe import EmbeddedRecipe
 from tune_dfrl.trainers.embedded.rollout import generate, response_log_probs
 from tune_dfrl.trainers.embedded.trainer import GRPOTrainer, exact_match
 
+from tune_dfrl.backend import ArmSpec, Milestone
+
 TEST_BASE = {"steps": 150, "batch_size": 32}  # a short warm-up: these tests check mechanics, not skill
 BASELINE = ArmSpec("baseline", {}, "baseline", "baseline")
-DROP_ALL = ArmSpec("difffilter", {"low": 0.85, "high": 0.95}, "drop-all", "difffilter 0.85-0.95")  # n=5: no rate in band
+DROP_ALL = ArmSpec(
+    "difffilter", {"low": 0.85, "high": 0.95}, "drop-all", "difffilter 0.85-0.95"
+)  # n=5: no rate in band
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,7 @@ def _run(recipe: dict, arm: ArmSpec, seed: int, checkpoint_dir: Path) -> list[Mi
 
 def _sampled(base_dir: Path, count: int = 60, seed: int = 0):
     model, tokenizer = load_model(base_dir)
-    items = list(training_pools()["science"][:count // 2]) + list(training_pools()["math"][:count // 2])
+    items = list(training_pools()["science"][: count // 2]) + list(training_pools()["math"][: count // 2])
     enc = encode_items(tokenizer, [i.prompt for i in items], [i.answer for i in items])
     responses, mask = generate(model, enc.prompt_ids, enc.prompt_mask, 8, 1.5, torch.Generator().manual_seed(seed))
     return model, tokenizer, items, enc, responses, mask
@@ -90,7 +92,9 @@ def test_decoding_is_consistent_with_the_training_forward(base_dir):
     ids = torch.cat([enc.prompt_ids, greedy], 1)
     attention = torch.cat([enc.prompt_mask, greedy_mask.long()], 1)
     with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=attention, position_ids=(attention.cumsum(1) - 1).clamp(min=0)).logits
+        logits = model(
+            input_ids=ids, attention_mask=attention, position_ids=(attention.cumsum(1) - 1).clamp(min=0)
+        ).logits
     argmax = logits[:, enc.prompt_ids.shape[1] - 1 : -1].argmax(-1)
     assert torch.equal(argmax[greedy_mask.bool()], greedy[greedy_mask.bool()])
 
@@ -98,8 +102,13 @@ def test_decoding_is_consistent_with_the_training_forward(base_dir):
         batched = response_log_probs(model, enc.prompt_ids, enc.prompt_mask, responses, mask)
         for row in range(4):
             keep = enc.prompt_mask[row].bool()
-            alone = response_log_probs(model, enc.prompt_ids[row : row + 1, keep], enc.prompt_mask[row : row + 1, keep],
-                                       responses[row : row + 1], mask[row : row + 1])
+            alone = response_log_probs(
+                model,
+                enc.prompt_ids[row : row + 1, keep],
+                enc.prompt_mask[row : row + 1, keep],
+                responses[row : row + 1],
+                mask[row : row + 1],
+            )
             valid = mask[row].bool()
             assert torch.allclose(alone[0, valid], batched[row, valid], atol=1e-5)
 
@@ -115,10 +124,23 @@ def test_same_arm_and_seed_give_identical_milestones(recipe, tmp_path):
     assert set(m.accuracy) == {"math_sum3", "logic_bool3", "sci_mc3"}
     assert set(m.aggregates) == {"db", "macro", "item", "efficiency"}
     assert m.aggregates["db"] == pytest.approx(np.mean(list(m.accuracy.values())))  # one benchmark per domain
-    for key in ("reward/mean", "policy/kept_fraction", "policy/kept_token_fraction", "policy/weight_std", "kl", "loss",
-                "mix/p_math", "mix/count_math", "mix/count_logic", "mix/count_science"):
+    for key in (
+        "reward/mean",
+        "policy/kept_fraction",
+        "policy/kept_token_fraction",
+        "policy/weight_std",
+        "kl",
+        "loss",
+        "mix/p_math",
+        "mix/count_math",
+        "mix/count_logic",
+        "mix/count_science",
+    ):
         assert key in m.train
-    assert m.train["mix/count_math"] + m.train["mix/count_logic"] + m.train["mix/count_science"] == recipe["prompts_per_step"]
+    assert (
+        m.train["mix/count_math"] + m.train["mix/count_logic"] + m.train["mix/count_science"]
+        == recipe["prompts_per_step"]
+    )
 
 
 class Crash(RuntimeError):
@@ -163,7 +185,12 @@ def test_selection_that_drops_everything_leaves_only_the_kl_term(recipe, base_di
     class KLOnly(GRPOObjective):
         def loss(self, log_probs, old_log_probs, ref_log_probs, advantages, mask, weights):
             kl = _kl(log_probs, ref_log_probs, mask)
-            return self.kl_coef * kl, {"loss": self.kl_coef * kl.item(), "pg_loss": 0.0, "kl": kl.item(), "pg_clipfrac": 0.0}
+            return self.kl_coef * kl, {
+                "loss": self.kl_coef * kl.item(),
+                "pg_loss": 0.0,
+                "kl": kl.item(),
+                "pg_clipfrac": 0.0,
+            }
 
     after = {}
     for name, arm in (("dropped", DROP_ALL), ("kl_only", DROP_ALL), ("uniform", BASELINE)):
@@ -223,5 +250,7 @@ def test_grpo_advantages_come_from_verl(recipe, base_dir):
 
 
 def test_recipe_round_trips_through_a_plain_dict():
-    recipe = EmbeddedRecipe.from_dict({"steps": 20, "milestone_every": 10, "base": {"steps": 10, "shape": {"hidden": 32}}})
+    recipe = EmbeddedRecipe.from_dict(
+        {"steps": 20, "milestone_every": 10, "base": {"steps": 10, "shape": {"hidden": 32}}}
+    )
     assert EmbeddedRecipe.from_dict(dataclasses.asdict(recipe)) == recipe

@@ -85,8 +85,10 @@ def test_a_repeated_milestone_keeps_its_first_score_in_every_consumer(tmp_path):
     again = {("a", 0, t): 90.0 for t in steps}  # seed 0 of arm a, reported again with other values
 
     def result(arm, seed, step, score):
-        trial = SimpleNamespace(config={"arm": {"arm_id": arm, "label": arm, "method": "m", "params": {}}, "seed": seed},
-                                local_path="/tmp/t")
+        trial = SimpleNamespace(
+            config={"arm": {"arm_id": arm, "label": arm, "method": "m", "params": {}}, "seed": seed},
+            local_path="/tmp/t",
+        )
         trial.last_result = {"step": step, "final": step == steps[-1], "threads": 1, "score/db": score, "acc/b": score}
         return trial, trial.last_result
 
@@ -114,5 +116,5 @@ def test_a_repeated_milestone_keeps_its_first_score_in_every_consumer(tmp_path):
     table = load_results(tmp_path)
     assert any("2 milestone(s) reported more than once" in note for note in table.notes)
     summary = analyze(table, "c", ["db"], flip_k=1)
-    assert summary["arms"]["a"]["db"]["delta"] == pytest.approx(1.5)
-    assert {p["step"]: p["delta"] for p in summary["curves"]["a"]} == pytest.approx({10: 1.5, 20: 1.5})
+    assert summary.arms["a"]["db"].delta == pytest.approx(1.5)
+    assert {p.step: p.delta for p in summary.curves["a"]} == pytest.approx({10: 1.5, 20: 1.5})

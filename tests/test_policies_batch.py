@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from policies_batches import make_batch
 from tune_dfrl.policies import RolloutBatch, make_policy
 from tune_dfrl.policies.batch import rank_within_group
@@ -42,8 +41,11 @@ def test_derived_signals_by_hand():
         ("reward", torch.tensor([float("nan"), 0.0, float("inf")]), "reward has 2 NaN/inf"),
         ("advantages", torch.tensor([[float("nan")] * 4, [0.0] * 4, [0.0] * 4]), "advantages has 4 NaN/inf"),
         ("rollout_is_weights", torch.full((3, 4), float("inf")), "rollout_is_weights has 12 NaN/inf"),
-        ("old_log_probs", torch.tensor([[0.0, float("nan"), 0, 0], [-float("inf"), 0, 0, 0], [0.0] * 4]),
-         "old_log_probs has 2 NaN/inf entries at valid tokens"),
+        (
+            "old_log_probs",
+            torch.tensor([[0.0, float("nan"), 0, 0], [-float("inf"), 0, 0, 0], [0.0] * 4]),
+            "old_log_probs has 2 NaN/inf entries at valid tokens",
+        ),
         ("group", torch.tensor([0.0, 1.0, 2.0]), "group must be an integer tensor"),
         ("domain", torch.tensor([0, -1, 0]), "domain must be >= 0"),
         ("reward", [1.0, 0.0, 1.0], "reward must be a torch.Tensor"),

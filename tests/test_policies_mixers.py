@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from policies_batches import make_batch
 from tune_dfrl.policies import DomainSampler, largest_remainder, make_mixer
 

@@ -12,7 +12,6 @@ import numpy as np
 import optuna
 import pytest
 import torch
-
 from policies_batches import make_batch, random_batch
 from tune_dfrl.policies import (
     ALL_METHODS,
@@ -58,7 +57,11 @@ def test_paper_methods_resolve_to_scorer_actuator_pairs():
 def test_defaults_filled():
     assert validate_params("softmax", {}) == {"temperature": 1.0, "scope": "batch", "agg": "mean"}
     assert validate_params("difffilter", {"low": 0.1}) == {
-        "low": 0.1, "high": 1.0, "inclusive": False, "success_threshold": 0.5, "denominator": "all"
+        "low": 0.1,
+        "high": 1.0,
+        "inclusive": False,
+        "success_threshold": 0.5,
+        "denominator": "all",
     }
     assert validate_params("baseline", None) == {}
     assert validate_params("gfpo", {"k": 3.0})["k"] == 3  # integral floats accepted as ints
@@ -76,7 +79,11 @@ def test_numpy_scalars_are_numbers_and_come_back_as_python_values():
 @pytest.mark.parametrize(
     "method, params, message",
     [
-        ("softmax", {"temprature": 1.0}, r"unknown parameter 'temprature' for softmax; allowed: temperature, scope, agg"),
+        (
+            "softmax",
+            {"temprature": 1.0},
+            r"unknown parameter 'temprature' for softmax; allowed: temperature, scope, agg",
+        ),
         ("baseline", {"f": 0.5}, r"unknown parameter 'f' for baseline; allowed: \(none\)"),
         ("softmax", {"temperature": 0.0}, r"parameter 'temperature' for softmax must be in \(0, inf\); got 0.0"),
         ("difffilter", {"low": 1.0}, r"parameter 'low' for difffilter must be in \[0, 1\); got 1.0"),
@@ -113,7 +120,9 @@ def test_every_declaration_rejects_the_invalid_values_it_generates(method):
     assert len(examples) >= 4 * len(spec.params) + len(spec.constraints)
     for example in examples:
         names = list(example)
-        message = rf"parameter '{names[0]}' for {method} must be" if len(names) == 1 else rf"must satisfy {' < '.join(names)}"
+        message = (
+            rf"parameter '{names[0]}' for {method} must be" if len(names) == 1 else rf"must satisfy {' < '.join(names)}"
+        )
         with pytest.raises(ValueError, match=message):
             spec.validate(example, CONTEXT)
 
@@ -148,8 +157,10 @@ def test_make_policy_rejects_mixers():
 
 
 def test_policies_import_nothing_from_ray_optuna_or_verl():
-    code = ("import sys, tune_dfrl.policies; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'ray', 'optuna', 'verl'}))")
+    code = (
+        "import sys, tune_dfrl.policies; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'ray', 'optuna', 'verl'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -178,7 +189,12 @@ def test_a_fixed_partner_cuts_the_searched_range():
     "method, ranges, fixed, message",
     [
         ("softmax", {"temperature": (0.0, 1.0)}, {}, r"log scale and needs low > 0"),
-        ("topk", {"f": (0.5, 1.5)}, {}, r"search range for 'f' of topk \[0.5, 1.5\] is not a non-empty interval inside \(0, 1\]"),
+        (
+            "topk",
+            {"f": (0.5, 1.5)},
+            {},
+            r"search range for 'f' of topk \[0.5, 1.5\] is not a non-empty interval inside \(0, 1\]",
+        ),
         ("topk", {"f": (0.6, 0.4)}, {}, r"not a non-empty interval"),
         ("softmax", {"agg": ["sum"]}, {}, r"cannot search parameter 'agg' of softmax; searchable: temperature, scope"),
         ("softmax", {"scope": ["everything"]}, {}, r"'everything' is not allowed"),
@@ -226,8 +242,11 @@ def test_suggest_params_types():
 def test_band_edges_canonicalise_to_kept_levels_at_n5():
     same = [{"low": 0.2, "high": 0.8}, {"low": 0.25, "high": 0.75}, {"low": 0.3, "high": 0.7, "inclusive": True}]
     forms = [canonical_arm("difffilter", p, N5) for p in same]
-    assert forms[0] == forms[1] == forms[2] == (
-        "difffilter", {"low": 0.3, "high": 0.7, "inclusive": True, "success_threshold": 0.5, "denominator": "all"}
+    assert (
+        forms[0]
+        == forms[1]
+        == forms[2]
+        == ("difffilter", {"low": 0.3, "high": 0.7, "inclusive": True, "success_threshold": 0.5, "denominator": "all"})
     )
     assert arm_key("threshold_band", forms[0][1]) == arm_key("difffilter", forms[0][1])
     # at n=8 the same edges keep different levels (0.25 = 2/8 is an edge there)
@@ -243,7 +262,9 @@ def test_band_keep_all_is_the_control_and_keep_none_drops_irrelevant_parameters(
         keep_all = {"low": 0.0, "high": 1.0, "inclusive": True, "denominator": denominator}
         assert canonical_arm("difffilter", keep_all, N5) == ("baseline", {})
     none_a = canonical_arm("difffilter", {"low": 0.2, "high": 0.4}, N5)
-    none_b = canonical_arm("difffilter", {"low": 0.61, "high": 0.79, "success_threshold": 0.1, "denominator": "kept"}, N5)
+    none_b = canonical_arm(
+        "difffilter", {"low": 0.61, "high": 0.79, "success_threshold": 0.1, "denominator": "kept"}, N5
+    )
     assert none_a == none_b and none_a[0] == "difffilter"
 
 
@@ -255,7 +276,9 @@ def test_with_binary_rewards_a_band_dropping_only_zero_advantage_groups_is_the_c
     assert canonical_arm("difffilter", issue, N5)[0] == "difffilter"  # partial credit: level-0 groups may differ
     assert canonical_arm("difffilter", {**issue, "denominator": "kept"}, BINARY5)[0] == "difffilter"  # step rescaled
     # levels 0 and n carry no gradient: keeping level 0 or not, and the threshold, change nothing with `all`
-    with_zero = canonical_arm("difffilter", {"low": 0.0, "high": 0.7, "inclusive": True, "success_threshold": 0.2}, BINARY5)
+    with_zero = canonical_arm(
+        "difffilter", {"low": 0.0, "high": 0.7, "inclusive": True, "success_threshold": 0.2}, BINARY5
+    )
     assert with_zero == canonical_arm("difffilter", {"low": 0.1, "high": 0.7, "inclusive": True}, BINARY5)
     only_extremes = canonical_arm("difffilter", {"low": 0.9, "high": 1.0, "inclusive": True}, BINARY5)
     assert only_extremes == canonical_arm("difffilter", {"low": 0.2, "high": 0.4}, BINARY5)  # no gradient at all
@@ -270,7 +293,10 @@ def test_keep_all_selections_are_the_control_whatever_the_flags():
         assert canonical_arm("maxvar", {"f": 0.9, **params}, N5) == ("baseline", {})  # m = floor(4.5 + .5) = 5
         assert canonical_arm("gfpo", {"k": 4, **params}, N5)[0] == "gfpo"  # k <= n-1 never keeps a whole group
     for scope, agg in itertools.product(("batch", "group"), ("mean", "max")):
-        assert canonical_arm("topk", {"f": 1.0, "scope": scope, "agg": agg, "denominator": "kept"}, N5) == ("baseline", {})
+        assert canonical_arm("topk", {"f": 1.0, "scope": scope, "agg": agg, "denominator": "kept"}, N5) == (
+            "baseline",
+            {},
+        )
     assert canonical_arm("topk", {"f": 0.81, "scope": "group"}, N5) == ("baseline", {})  # ceil(4.05) = 5
     assert canonical_arm("topk", {"f": 0.81}, N5)[0] == "topk"  # batch scope: k depends on N, not on n
 
@@ -283,8 +309,10 @@ def test_per_group_counts_canonicalise_exactly():
     batch = random_batch(prompts=10, n=5, max_len=3, seed=2, binary=False)
     for f in (0.1, 0.35, 0.5, 0.55, 0.7, 0.8):
         method, c = canonical_arm("maxvar", {"f": f}, N5)
-        assert torch.equal(make_policy("maxvar", {"f": f}).apply(batch).token_weights,
-                           make_policy(method, c).apply(batch).token_weights)
+        assert torch.equal(
+            make_policy("maxvar", {"f": f}).apply(batch).token_weights,
+            make_policy(method, c).apply(batch).token_weights,
+        )
     assert canonical_arm("topk", {"f": 0.5, "scope": "group"}, N5)[1]["f"] == 0.6  # ceil(2.5) = 3
     assert canonical_arm("topk", {"f": 0.5}, N5)[1]["f"] == 0.5  # batch scope: N varies, no reduction
 
@@ -327,7 +355,9 @@ def test_describe_and_methods_table_come_from_the_declarations():
     text = describe_method("softmax")
     assert "scorer `advantage_magnitude`, actuator `softmax`" in text
     assert "| `temperature` | float | 1.0 | (0, inf) | [0.01, 10] log | softmax temperature T |" in text
-    assert "| `low` | float | 0.0 | [0, 1) | [0, 1) | lower band edge on the solve rate |" in describe_method("difffilter")
+    assert "| `low` | float | 0.0 | [0, 1) | [0, 1) | lower band edge on the solve rate |" in describe_method(
+        "difffilter"
+    )
     assert "`low < high`" in describe_method("difffilter")
     assert "| `k` | int | 2 | [1, 4] | [1, 4] | responses kept per group |" in describe_method("gfpo", rollout_n=5)
     table = methods_table()

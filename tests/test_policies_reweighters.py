@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-
 from policies_batches import make_batch, random_batch
 from tune_dfrl.policies import make_policy
 
@@ -111,8 +110,9 @@ def test_reweighters_mean_one_over_scope_and_multiply_is_weights():
             rows = informative if scope == "informative" else torch.ones_like(informative)
             assert w[rows].mean().item() == pytest.approx(1.0)
             assert torch.all(w[~rows] == 1.0)
-            assert torch.allclose(make_policy(method, {"scope": scope}, rollout_n=4).apply(b_is).token_weights,
-                                  is_w * r.token_weights)
+            assert torch.allclose(
+                make_policy(method, {"scope": scope}, rollout_n=4).apply(b_is).token_weights, is_w * r.token_weights
+            )
             assert r.diagnostics["kept_fraction"] == 1.0 and r.diagnostics["empty_selection"] == 0.0
 
 

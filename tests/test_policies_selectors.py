@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
-
 from policies_batches import make_batch, random_batch
 from tune_dfrl.policies import RolloutBatch, make_policy
+from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 
 def kept(method: str, params: dict, batch, n: int = 5) -> list[int]:
@@ -87,10 +86,12 @@ def test_equal_abs_advantages_of_different_lengths_tie_and_break_by_index(dtype)
 def test_abs_advantage_is_the_mean_over_valid_tokens():
     b = random_batch(prompts=20, n=4, max_len=9, seed=5, binary=False)
     g = torch.Generator().manual_seed(1)
-    token_level = RolloutBatch(b.group, b.domain, b.reward, torch.randn(b.advantages.shape, generator=g),
-                               b.response_mask, b.old_log_probs)
-    left_padded = RolloutBatch(b.group, b.domain, b.reward, token_level.advantages, b.response_mask.flip(1),
-                               b.old_log_probs)
+    token_level = RolloutBatch(
+        b.group, b.domain, b.reward, torch.randn(b.advantages.shape, generator=g), b.response_mask, b.old_log_probs
+    )
+    left_padded = RolloutBatch(
+        b.group, b.domain, b.reward, token_level.advantages, b.response_mask.flip(1), b.old_log_probs
+    )
     for batch in (b, token_level, left_padded):
         plain = (batch.advantages.abs() * batch.response_mask).sum(1).double() / batch.lengths
         assert torch.allclose(batch.abs_advantage, plain, rtol=1e-6, atol=0)
@@ -181,8 +182,9 @@ def test_existing_is_weights_are_multiplied_not_replaced():
 def test_selection_is_deterministic_and_group_order_free():
     b = random_batch(prompts=40, n=8, max_len=5, seed=11)
     perm = torch.randperm(b.num_responses, generator=torch.Generator().manual_seed(0))
-    shuffled = type(b)(b.group[perm], b.domain[perm], b.reward[perm], b.advantages[perm], b.response_mask[perm],
-                       b.old_log_probs[perm])
+    shuffled = type(b)(
+        b.group[perm], b.domain[perm], b.reward[perm], b.advantages[perm], b.response_mask[perm], b.old_log_probs[perm]
+    )
     for method, params in [("difffilter", {}), ("maxvar", {"f": 0.75}), ("gfpo", {"k": 3})]:
         w1 = make_policy(method, params, rollout_n=8).apply(b).token_weights[:, 0]
         assert torch.equal(w1, make_policy(method, params, rollout_n=8).apply(b).token_weights[:, 0])

@@ -16,16 +16,16 @@ import pytest
 from ray.tune.experiment import Trial
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
-
 from reliability_helpers import TINY, free_port, tree_bytes
 from search_helpers import search_cfg
+
 from tune_dfrl.control_cache import ControlCache, code_digest
 from tune_dfrl.pairing import INNER_METRIC, PairedRepeater
-from tune_dfrl.scheduler import make_scheduler
-from tune_dfrl.settings import SchedulerSettings
 from tune_dfrl.results import flat_result, milestone_record
+from tune_dfrl.scheduler import make_scheduler
 from tune_dfrl.search import plan_search, save_plan
 from tune_dfrl.services import ServiceError, check_ray_address, check_tracking_uri
+from tune_dfrl.settings import SchedulerSettings
 from tune_dfrl.spaces import ArmFactory, SearchSpace
 
 FAST_S = 8.0  # a probe of an address that does not answer must not hang (probes time out after 5 s)
@@ -69,8 +69,11 @@ def stored(tmp_path: Path) -> Path:
 
 def test_an_unreachable_tracking_server_is_refused_in_seconds(tmp_path: Path) -> None:
     port = free_port()
-    refused(tmp_path / "out", f"mlflow.tracking_uri=http://127.0.0.1:{port}",
-            match=rf"MLflow tracking server http://127.0.0.1:{port} is unreachable .*fix mlflow.tracking_uri")
+    refused(
+        tmp_path / "out",
+        f"mlflow.tracking_uri=http://127.0.0.1:{port}",
+        match=rf"MLflow tracking server http://127.0.0.1:{port} is unreachable .*fix mlflow.tracking_uri",
+    )
     assert not (tmp_path / "out").exists()
     assert probe_seconds(check_tracking_uri, f"http://127.0.0.1:{port}") < FAST_S
 
@@ -95,18 +98,26 @@ def not_mlflow() -> Iterator[str]:
 
 
 def test_a_tracking_uri_that_is_not_an_mlflow_server_is_refused(tmp_path: Path, not_mlflow: str) -> None:
-    refused(tmp_path / "out", f"mlflow.tracking_uri={not_mlflow}",
-            match=rf"MLflow tracking server {not_mlflow} answered {not_mlflow}/health with HTTP 404")
+    refused(
+        tmp_path / "out",
+        f"mlflow.tracking_uri={not_mlflow}",
+        match=rf"MLflow tracking server {not_mlflow} answered {not_mlflow}/health with HTTP 404",
+    )
     assert not (tmp_path / "out").exists()
 
 
 # ------------------------------------------------------------------------------------------ Ray address
 
 
-def test_a_ray_address_that_does_not_answer_is_refused_in_seconds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_ray_address_that_does_not_answer_is_refused_in_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     port = free_port()
-    refused(tmp_path / "out", f"ray.address=127.0.0.1:{port}",
-            match=rf"Ray cluster at ray.address='127.0.0.1:{port}' does not answer .*ray start --head")
+    refused(
+        tmp_path / "out",
+        f"ray.address=127.0.0.1:{port}",
+        match=rf"Ray cluster at ray.address='127.0.0.1:{port}' does not answer .*ray start --head",
+    )
     monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")  # the environment variable is honoured, and checked too
     refused(tmp_path / "out", match=rf"Ray cluster at ray.address='127.0.0.1:{port}' does not answer")
     assert not (tmp_path / "out").exists()
@@ -115,15 +126,23 @@ def test_a_ray_address_that_does_not_answer_is_refused_in_seconds(tmp_path: Path
 
 
 def test_resources_are_not_passed_to_a_running_cluster(tmp_path: Path) -> None:
-    refused(tmp_path / "out", "ray.address=127.0.0.1:6379", "ray.num_cpus=2",
-            match="ray.num_cpus sizes a private local cluster; the running cluster at '127.0.0.1:6379' owns its resources")
+    refused(
+        tmp_path / "out",
+        "ray.address=127.0.0.1:6379",
+        "ray.num_cpus=2",
+        match="ray.num_cpus sizes a private local cluster; the running cluster at '127.0.0.1:6379' owns its resources",
+    )
 
 
 # ----------------------------------------------------------------------------------------------- resume
 
 
 def test_resume_needs_a_previous_search(tmp_path: Path) -> None:
-    refused(tmp_path / "missing", "resume=true", match=r"resume=true: there is no previous search in .*missing \(no search.json\)")
+    refused(
+        tmp_path / "missing",
+        "resume=true",
+        match=r"resume=true: there is no previous search in .*missing \(no search.json\)",
+    )
     assert not (tmp_path / "missing").exists()
     (tmp_path / "empty").mkdir()
     refused(tmp_path / "empty", "resume=true", match="there is no previous search in")
@@ -131,16 +150,27 @@ def test_resume_needs_a_previous_search(tmp_path: Path) -> None:
         plan_search(search_cfg(*TINY, "resume=true"))
 
 
-@pytest.mark.parametrize(("override", "difference"), [
-    ("space=topk_keep", r"space.name: 'difffilter_band' -> 'topk_keep'"),
-    ("space.methods.difffilter.search.high=[0.6,1.0]", r"space.methods.0.ranges.high: \[5e-324, 1.0\] -> \[0.6, 1.0\]"),
-    ("backend.lr=0.002", r"recipe.lr: 0.001 -> 0.002"),
-    ("seeds=3", r"seeds: \[0, 1\] -> \[0, 1, 2\]"),
-])
-def test_resume_with_another_space_or_recipe_is_refused_and_changes_nothing(stored: Path, override: str, difference: str) -> None:
+@pytest.mark.parametrize(
+    ("override", "difference"),
+    [
+        ("space=topk_keep", r"space.name: 'difffilter_band' -> 'topk_keep'"),
+        (
+            "space.methods.difffilter.search.high=[0.6,1.0]",
+            r"space.methods.0.ranges.high: \[5e-324, 1.0\] -> \[0.6, 1.0\]",
+        ),
+        ("backend.lr=0.002", r"recipe.lr: 0.001 -> 0.002"),
+        ("seeds=3", r"seeds: \[0, 1\] -> \[0, 1, 2\]"),
+    ],
+)
+def test_resume_with_another_space_or_recipe_is_refused_and_changes_nothing(
+    stored: Path, override: str, difference: str
+) -> None:
     before = tree_bytes(stored)
-    refused(stored, *stored_settings("resume=true", override),
-            match=rf"resume=true: {stored} holds a different search \(.*{difference}.*\); resume with the settings it was started with")
+    refused(
+        stored,
+        *stored_settings("resume=true", override),
+        match=rf"resume=true: {stored} holds a different search \(.*{difference}.*\); resume with the settings it was started with",
+    )
     assert tree_bytes(stored) == before
 
 
@@ -160,7 +190,9 @@ def test_planted_faults_are_checked(tmp_path: Path) -> None:
     refused(out, "fault_injection={arm: control, seed: 0, step: 2, when: 1}", match="keys arm, seed, step")
     refused(out, "fault_injection={arm: control, seed: 7, step: 2}", match=r"seed must be one of \[0, 1, 2, 3, 4, 5\]")
     refused(out, "fault_injection={arm: control, seed: 0, step: 3}", match=r"step one of the milestones \[2, 4\]")
-    faults = plan(out, "fault_injection=[{arm: searched, seed: 1, step: 2}, {arm: control, seed: 0, step: 4, times: 1}]").faults
+    faults = plan(
+        out, "fault_injection=[{arm: searched, seed: 1, step: 2}, {arm: control, seed: 0, step: 4, times: 1}]"
+    ).faults
     assert [(f.arm, f.seed, f.step, f.times) for f in faults] == [("searched", 1, 2, None), ("control", 0, 4, 1)]
 
 
@@ -169,10 +201,23 @@ def test_planted_faults_are_checked(tmp_path: Path) -> None:
 
 def line(seed: int, step: int, final: bool) -> dict:
     """A results line as the driver writes it (with the driver-only fields `replayed` and `attempt`)."""
-    return {"arm_id": "c0ffee000000", "label": "baseline", "method": "baseline", "params": {}, "seed": seed, "step": step,
-            "final": final, "threads": 1, "accuracy": {"math_add": 50.0}, "length_chars": {"math_add": 12.5},
-            "format_failure": {"math_add": 0.0}, "aggregates": {"db": 50.0, "efficiency": 40.0}, "train": {"loss": 0.1},
-            "replayed": False, "attempt": 0}
+    return {
+        "arm_id": "c0ffee000000",
+        "label": "baseline",
+        "method": "baseline",
+        "params": {},
+        "seed": seed,
+        "step": step,
+        "final": final,
+        "threads": 1,
+        "accuracy": {"math_add": 50.0},
+        "length_chars": {"math_add": 12.5},
+        "format_failure": {"math_add": 0.0},
+        "aggregates": {"db": 50.0, "efficiency": 40.0},
+        "train": {"loss": 0.1},
+        "replayed": False,
+        "attempt": 0,
+    }
 
 
 def test_a_results_line_replays_as_the_tune_result_it_came_from() -> None:
@@ -210,11 +255,25 @@ def test_the_control_cache_never_serves_results_of_other_training_code(tmp_path:
 
 def repeater(storage: str, state: Path) -> PairedRepeater:
     """A searcher as run_search builds it: Optuna on sqlite, state saved after every event."""
-    inner = OptunaSearch(space=SearchSpace.load("topk_keep", rollout_n=8).sampler(), metric=INNER_METRIC, mode="max",
-                         sampler=optuna.samplers.TPESampler(seed=0), storage=optuna.storages.RDBStorage(storage), study_name="s")
+    inner = OptunaSearch(
+        space=SearchSpace.load("topk_keep", rollout_n=8).sampler(),
+        metric=INNER_METRIC,
+        mode="max",
+        sampler=optuna.samplers.TPESampler(seed=0),
+        storage=optuna.storages.RDBStorage(storage),
+        study_name="s",
+    )
     factory = ArmFactory(rollout_n=8, recipe_hash="r0")
-    return PairedRepeater(inner, factory, factory({"method": "baseline", "params": {}}), (0, 1), n_arms=1, final_step=4,
-                          metric="score/db", state_path=state)
+    return PairedRepeater(
+        inner,
+        factory,
+        factory({"method": "baseline", "params": {}}),
+        (0, 1),
+        n_arms=1,
+        final_step=4,
+        metric="score/db",
+        state_path=state,
+    )
 
 
 def report(r: PairedRepeater, trial_id: str, scores: dict[int, float], complete: bool) -> None:
@@ -227,7 +286,9 @@ def report(r: PairedRepeater, trial_id: str, scores: dict[int, float], complete:
 def test_a_resumed_searcher_hands_out_only_the_cells_that_had_not_ended(tmp_path: Path) -> None:
     storage, state = f"sqlite:///{tmp_path / 'optuna.db'}", tmp_path / "searcher.pkl"
     first = repeater(storage, state)
-    handed = {(cfg["arm"]["arm_id"], cfg["seed"]): tid for tid, cfg in ((f"t{i}", first.suggest(f"t{i}")) for i in range(4))}
+    handed = {
+        (cfg["arm"]["arm_id"], cfg["seed"]): tid for tid, cfg in ((f"t{i}", first.suggest(f"t{i}")) for i in range(4))
+    }
     control, arm = first.control.arm_id, next(a for a, _ in handed if a != first.control.arm_id)
     report(first, handed[(control, 0)], {2: 30.0, 4: 40.0}, complete=True)
     report(first, handed[(control, 1)], {2: 31.0}, complete=False)  # killed mid-trial
@@ -236,7 +297,9 @@ def test_a_resumed_searcher_hands_out_only_the_cells_that_had_not_ended(tmp_path
 
     resumed = repeater(storage, state)
     resumed.resume(state, n_arms=1)
-    again = {(cfg["arm"]["arm_id"], cfg["seed"]): tid for tid, cfg in ((f"u{i}", resumed.suggest(f"u{i}")) for i in range(2))}
+    again = {
+        (cfg["arm"]["arm_id"], cfg["seed"]): tid for tid, cfg in ((f"u{i}", resumed.suggest(f"u{i}")) for i in range(2))
+    }
     assert set(again) == {(control, 1), (arm, 1)} and resumed.suggest("u2") is None  # nothing finished is handed out
     report(resumed, again[(control, 1)], {2: 31.0, 4: 41.0}, complete=True)
     report(resumed, again[(arm, 1)], {2: 35.0, 4: 47.0}, complete=True)
@@ -246,8 +309,14 @@ def test_a_resumed_searcher_hands_out_only_the_cells_that_had_not_ended(tmp_path
 
 
 def test_the_paired_scheduler_leaves_out_a_seed_only_after_its_last_retry(tmp_path: Path) -> None:
-    scheduler = make_scheduler(SchedulerSettings(), metric="score/db", control="c", seeds=(0, 1), milestones=(2, 4),
-                               state_path=tmp_path / "scheduler.pkl")
+    scheduler = make_scheduler(
+        SchedulerSettings(),
+        metric="score/db",
+        control="c",
+        seeds=(0, 1),
+        milestones=(2, 4),
+        state_path=tmp_path / "scheduler.pkl",
+    )
     trial = Trial("__fake", config={"arm": {"arm_id": "a"}, "seed": 1}, stub=True, max_failures=1)
     trial.run_metadata.num_failures = 1
     trial.set_status(Trial.ERROR)  # Tune's state while it requeues a crashed trial for a retry

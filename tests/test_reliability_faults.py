@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from mlflow import MlflowClient
-
 from reliability_helpers import TINY, records
 from search_helpers import search_cfg
+
 from tune_dfrl.search import plan_search, run_search
 from tune_dfrl.trial import cell_dir
 
@@ -26,8 +26,17 @@ FAULTS = "fault_injection=[{arm: searched, seed: 1, step: 2}, {arm: control, see
 @pytest.fixture(scope="module")
 def faulted(ray_session, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("faults") / "out"
-    cfg = search_cfg("space=difffilter_band", "seeds=3", "arms=1", *TINY, "scheduler.name=fifo", "max_retries=1",
-                     "control_cache=null", FAULTS, f"out={out}")
+    cfg = search_cfg(
+        "space=difffilter_band",
+        "seeds=3",
+        "arms=1",
+        *TINY,
+        "scheduler.name=fifo",
+        "max_retries=1",
+        "control_cache=null",
+        FAULTS,
+        f"out={out}",
+    )
     run_search(plan_search(cfg))
     return out
 
@@ -68,7 +77,9 @@ def test_a_retried_trial_finishes_from_its_checkpoint_with_each_milestone_once(f
     control, _ = arms(faulted)
     cell = cell_dir(faulted / "cells", control, 0)
     assert (cell / "planted_faults").read_text() == "1"  # crashed once, at step 4, after saving its checkpoint
-    lines = [(r["step"], r["final"]) for r in records(faulted / "results.jsonl") if (r["arm_id"], r["seed"]) == (control, 0)]
+    lines = [
+        (r["step"], r["final"]) for r in records(faulted / "results.jsonl") if (r["arm_id"], r["seed"]) == (control, 0)
+    ]
     assert lines == [(2, False), (4, True)]
     assert [r["step"] for r in records(cell / "milestones.jsonl")] == [2, 4]
     assert not records(faulted / "failures.jsonl")[0]["arm_id"] == control
@@ -78,7 +89,9 @@ def test_mlflow_marks_the_failed_seed_run(faulted: Path) -> None:
     control, searched = arms(faulted)
     client = MlflowClient(f"sqlite:///{faulted / 'mlflow.db'}")
     experiment = client.get_experiment_by_name(f"tune_dfrl/{faulted.name}")
-    seeds = {(r.data.tags["arm_id"], int(r.data.tags["seed"])): r.info.status
-             for r in client.search_runs([experiment.experiment_id], "tags.`tune_dfrl.role` = 'seed'")}
+    seeds = {
+        (r.data.tags["arm_id"], int(r.data.tags["seed"])): r.info.status
+        for r in client.search_runs([experiment.experiment_id], "tags.`tune_dfrl.role` = 'seed'")
+    }
     assert seeds[(searched, 1)] == "FAILED"
     assert {status for cell, status in seeds.items() if cell != (searched, 1)} == {"FINISHED"}

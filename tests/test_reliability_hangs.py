@@ -20,9 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from mlflow import MlflowClient
-
 from reliability_helpers import records, short_tmp, start, stop, synthetic_search_command, wait_for
 
 RUN_TIMEOUT_S = 400  # a search of this size ends in about a minute on 2 loaded cores
@@ -31,8 +29,13 @@ EXIT_S = 20.0  # an interrupted search must be gone within this
 
 def search(out: Path, *overrides: str) -> subprocess.CompletedProcess:
     """Run the CLI to its end; a run the timeout has to kill fails the test (it hung)."""
-    return subprocess.run(synthetic_search_command(f"out={out}", *overrides), capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S, cwd=out.parent)
+    return subprocess.run(
+        synthetic_search_command(f"out={out}", *overrides),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        cwd=out.parent,
+    )
 
 
 def last_line(text: str) -> str:
@@ -42,7 +45,9 @@ def last_line(text: str) -> str:
 def driver_traceback(text: str) -> bool:
     """Whether the driver's own code raised through to the output (Ray Tune logs each crashed trial's traceback,
     which names the trial function; those are expected)."""
-    return any(f"tune_dfrl/{name}" in text for name in ("search.py", "search_plan.py", "search_run.py", "search_finish.py"))
+    return any(
+        f"tune_dfrl/{name}" in text for name in ("search.py", "search_plan.py", "search_run.py", "search_finish.py")
+    )
 
 
 CONTROL_FAILS = "fault_injection=[{arm: control, seed: 0, step: 5}, {arm: control, seed: 1, step: 5}]"
@@ -52,9 +57,11 @@ def test_every_control_seed_failing_ends_the_search_and_retry_failed_recovers_it
     out = tmp_path / "out"
     done = search(out, "max_retries=0", "control_cache=null", CONTROL_FAILS)
     assert done.returncode == 1, done.stderr[-3000:]
-    assert last_line(done.stderr) == (f"error: every control seed failed (see {out}/failures.jsonl), so no arm could be "
-                                       f"compared; fix the cause, then run the same command with resume=true "
-                                       f"retry_failed=true out={out} to train them again")
+    assert last_line(done.stderr) == (
+        f"error: every control seed failed (see {out}/failures.jsonl), so no arm could be "
+        f"compared; fix the cause, then run the same command with resume=true "
+        f"retry_failed=true out={out} to train them again"
+    )
     assert not driver_traceback(done.stderr) and len(records(out / "failures.jsonl")) == 2
 
     with (out / "results.jsonl").open("a") as f:  # a crash in the middle of an append
@@ -72,11 +79,17 @@ def test_every_control_seed_failing_ends_the_search_and_retry_failed_recovers_it
     done = search(out, "control_cache=null", "resume=true")
     assert done.returncode == 1, done.stderr[-3000:]
     assert last_line(done.stderr).startswith("error: the report failed (")
-    assert last_line(done.stderr).endswith(f"training is complete and {out}/results.jsonl holds every milestone: "
-                                           f"`python -m tune_dfrl.report runs={out}` re-renders the report")
+    assert last_line(done.stderr).endswith(
+        f"training is complete and {out}/results.jsonl holds every milestone: "
+        f"`python -m tune_dfrl.report runs={out}` re-renders the report"
+    )
     assert records(out / "results.jsonl") == lines
-    rendered = subprocess.run([sys.executable, "-m", "tune_dfrl.report", f"runs={out}", f"out={out / 'report2'}"],
-                              capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    rendered = subprocess.run(
+        [sys.executable, "-m", "tune_dfrl.report", f"runs={out}", f"out={out / 'report2'}"],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
     assert rendered.returncode == 0 and (out / "report2" / "report.md").exists()
 
 
@@ -84,9 +97,11 @@ def test_a_control_seed_that_keeps_crashing_ends_with_a_clear_message(tmp_path: 
     out = tmp_path / "out"
     done = search(out, "max_retries=1", "control_cache=null", "fault_injection={arm: control, seed: 1, step: 5}")
     assert done.returncode == 1, done.stderr[-3000:]
-    assert last_line(done.stderr) == (f"error: no arm shares 2 finished seeds with the control (the control failed at "
-                                       f"seeds [1]; see {out}/failures.jsonl); fix the cause, then run the same command "
-                                       f"with resume=true retry_failed=true out={out} to train the failed cells again")
+    assert last_line(done.stderr) == (
+        f"error: no arm shares 2 finished seeds with the control (the control failed at "
+        f"seeds [1]; see {out}/failures.jsonl); fix the cause, then run the same command "
+        f"with resume=true retry_failed=true out={out} to train the failed cells again"
+    )
     assert not driver_traceback(done.stderr)
 
 
@@ -109,8 +124,13 @@ def test_one_search_per_folder_and_interrupts_end_it_in_seconds(tmp_path: Path) 
     first = start(synthetic_search_command(f"out={out}", *slow), out.parent, log=log)
     try:
         wait_for(lambda: bool(records(out / "results.jsonl")), RUN_TIMEOUT_S, "a first milestone")
-        second = subprocess.run(synthetic_search_command(f"out={out}", *slow, "resume=true"), capture_output=True,
-                                text=True, timeout=RUN_TIMEOUT_S, cwd=out.parent)
+        second = subprocess.run(
+            synthetic_search_command(f"out={out}", *slow, "resume=true"),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            cwd=out.parent,
+        )
         assert second.returncode == 2
         assert last_line(second.stderr).startswith(f"error: {out} is in use by another search (pid {first.pid} on ")
         began = time.monotonic()
@@ -142,5 +162,3 @@ def test_one_search_per_folder_and_interrupts_end_it_in_seconds(tmp_path: Path) 
     assert resumed.returncode == 143 and took < EXIT_S, (resumed.returncode, took, text[-3000:])
     assert last_line(text) == f"interrupted by SIGTERM; to continue, run the same command with resume=true out={out}"
     assert "Traceback" not in text
-
-

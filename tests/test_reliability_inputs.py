@@ -13,11 +13,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from reliability_helpers import TINY
+
 from tune_dfrl.guarded import Guarded
-from tune_dfrl.resume import FolderInUse, check_folder_free, hold_folder
 from tune_dfrl.results import ResultsLog, append_record, read_records, repair_log
+from tune_dfrl.resume import FolderInUse, check_folder_free, hold_folder
 from tune_dfrl.rungs import RungRule
 from tune_dfrl.scheduler import STOP, RungBook
 from tune_dfrl.search_plan import compose, plan_search
@@ -36,37 +36,47 @@ def refused(tmp_path: Path, *overrides: str, match: str) -> None:
 # ------------------------------------------------------------------------------ settings (cases 3, 6, 7)
 
 
-@pytest.mark.parametrize(("override", "message"), [
-    ("arms=1.5", r"arms=1.5: allowed: an integer >= 1"),
-    ("arms=abc", r"arms='abc': allowed: an integer >= 1"),
-    ("scheduler.min_seeds=2.5", r"scheduler.min_seeds=2.5: allowed: an integer >= 2"),
-    ("scheduler.eta=abc", r"scheduler.eta='abc': allowed: a number > 1"),
-    ("scheduler.confidence=1", r"scheduler.confidence=1: allowed: a number in \(0, 1\)"),
-    ("searcher.n_startup_trials=-1", r"searcher.n_startup_trials=-1: allowed: an integer >= 0"),
-    ("searcher.max_duplicates=0", r"searcher.max_duplicates=0: allowed: an integer >= 1"),
-    ("searcher.seed=abc", r"searcher.seed='abc': allowed: an integer in \[0, 4294967295\]"),
-    ("ray.num_cpus=abc", r"ray.num_cpus='abc': allowed: null or an integer >= 1"),
-    ("ray.num_cpus=0", r"ray.num_cpus=0: allowed: null or an integer >= 1"),
-    ("report.delta=-1", r"report.delta=-1: allowed: a number > 0"),
-    ("report.alpha=0", r"report.alpha=0: allowed: a number in \(0, 0.5\)"),
-    ("report.flip_k=0", r"report.flip_k=0: allowed: an integer >= 1"),
-    ("report.seed=abc", r"report.seed='abc': allowed: an integer in \[0, 4294967295\]"),
-    ("max_retries=-1", r"max_retries=-1: allowed: an integer >= 0"),
-    ("resume=maybe", r"resume='maybe': allowed: one of true, false"),
-    ("retry_failed=true", r"retry_failed=true runs the failed cells of a stored search again: it needs resume=true"),
-])
-def test_every_setting_is_checked_by_type_and_range_before_anything_is_written(tmp_path: Path, override: str,
-                                                                                message: str) -> None:
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("arms=1.5", r"arms=1.5: allowed: an integer >= 1"),
+        ("arms=abc", r"arms='abc': allowed: an integer >= 1"),
+        ("scheduler.min_seeds=2.5", r"scheduler.min_seeds=2.5: allowed: an integer >= 2"),
+        ("scheduler.eta=abc", r"scheduler.eta='abc': allowed: a number > 1"),
+        ("scheduler.confidence=1", r"scheduler.confidence=1: allowed: a number in \(0, 1\)"),
+        ("searcher.n_startup_trials=-1", r"searcher.n_startup_trials=-1: allowed: an integer >= 0"),
+        ("searcher.max_duplicates=0", r"searcher.max_duplicates=0: allowed: an integer >= 1"),
+        ("searcher.seed=abc", r"searcher.seed='abc': allowed: an integer in \[0, 4294967295\]"),
+        ("ray.num_cpus=abc", r"ray.num_cpus='abc': allowed: null or an integer >= 1"),
+        ("ray.num_cpus=0", r"ray.num_cpus=0: allowed: null or an integer >= 1"),
+        ("report.delta=-1", r"report.delta=-1: allowed: a number > 0"),
+        ("report.alpha=0", r"report.alpha=0: allowed: a number in \(0, 0.5\)"),
+        ("report.flip_k=0", r"report.flip_k=0: allowed: an integer >= 1"),
+        ("report.seed=abc", r"report.seed='abc': allowed: an integer in \[0, 4294967295\]"),
+        ("max_retries=-1", r"max_retries=-1: allowed: an integer >= 0"),
+        ("resume=maybe", r"resume='maybe': allowed: one of true, false"),
+        (
+            "retry_failed=true",
+            r"retry_failed=true runs the failed cells of a stored search again: it needs resume=true",
+        ),
+    ],
+)
+def test_every_setting_is_checked_by_type_and_range_before_anything_is_written(
+    tmp_path: Path, override: str, message: str
+) -> None:
     refused(tmp_path, override, match=message)
 
 
-@pytest.mark.parametrize(("override", "key", "allowed"), [
-    ("seed=3", "'seed'", "seeds, arms, steps"),
-    ("arm=2", "'arm'", "seeds, arms, steps"),
-    ("backend.stepz=10", "'backend.stepz'", "backend.steps, backend.milestone_every"),
-    ("scheduler.etaa=2", "'scheduler.etaa'", "scheduler.name, scheduler.eta, scheduler.confidence"),
-    ("+report.deltaa=2", "'report.deltaa'", "report.delta, report.alpha"),
-])
+@pytest.mark.parametrize(
+    ("override", "key", "allowed"),
+    [
+        ("seed=3", "'seed'", "seeds, arms, steps"),
+        ("arm=2", "'arm'", "seeds, arms, steps"),
+        ("backend.stepz=10", "'backend.stepz'", "backend.steps, backend.milestone_every"),
+        ("scheduler.etaa=2", "'scheduler.etaa'", "scheduler.name, scheduler.eta, scheduler.confidence"),
+        ("+report.deltaa=2", "'report.deltaa'", "report.delta, report.alpha"),
+    ],
+)
 def test_a_misspelt_key_lists_the_allowed_keys(tmp_path: Path, override: str, key: str, allowed: str) -> None:
     refused(tmp_path, override, match=rf"unknown key {key}; allowed keys: .*{allowed}")
 
@@ -85,22 +95,29 @@ def test_output_paths_that_cannot_be_written_are_refused_up_front(tmp_path: Path
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     began = time.monotonic()
-    for out, message in [(a_file, "is a file, not a folder"), (a_file / "sub", "a_file is a file, not a folder"),
-                         (Path("/proc/tune_dfrl_out"), "cannot create anything in /proc"),
-                         (tmp_path / ("n" * 300), "is longer than 255 bytes"),
-                         (tmp_path.joinpath(*["d" * 100] * 5), r"sqlite opens paths of at most 511")]:
+    for out, message in [
+        (a_file, "is a file, not a folder"),
+        (a_file / "sub", "a_file is a file, not a folder"),
+        (Path("/proc/tune_dfrl_out"), "cannot create anything in /proc"),
+        (tmp_path / ("n" * 300), "is longer than 255 bytes"),
+        (tmp_path.joinpath(*["d" * 100] * 5), r"sqlite opens paths of at most 511"),
+    ]:
         with pytest.raises(ValueError, match=message):
             plan_search(compose([*SMALL, f"out={out}"]))
     assert time.monotonic() - began < 30  # no MLflow retries: refused before any store is opened
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
 
 
-def test_stores_and_caches_that_cannot_be_written_are_refused_up_front(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stores_and_caches_that_cannot_be_written_are_refused_up_front(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
-    refused(tmp_path, f"mlflow.tracking_uri=sqlite:///{a_file}/mlflow.db",
-            match=r"mlflow.tracking_uri=.*a_file is a file, not a folder")
+    refused(
+        tmp_path,
+        f"mlflow.tracking_uri=sqlite:///{a_file}/mlflow.db",
+        match=r"mlflow.tracking_uri=.*a_file is a file, not a folder",
+    )
     refused(tmp_path, f"control_cache={a_file}", match=r"control_cache=.*a_file: .*a_file is a file, not a folder")
     cache = tmp_path / "cache"
     (cache / "controls").parent.mkdir()
@@ -116,16 +133,27 @@ def test_stores_and_caches_that_cannot_be_written_are_refused_up_front(tmp_path:
 
 def test_a_held_folder_is_refused_naming_the_holder_and_a_dead_holder_blocks_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
-                               "from tune_dfrl.resume import hold_folder; hold_folder(Path(sys.argv[1])); "
-                               "print('held', flush=True); time.sleep(300)", str(out)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; "
+            "from tune_dfrl.resume import hold_folder; hold_folder(Path(sys.argv[1])); "
+            "print('held', flush=True); time.sleep(300)",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(FolderInUse, match=rf"{out} is in use by another search \(pid {holder.pid} on .*, started "):
             check_folder_free(out)
         with pytest.raises(FolderInUse, match=rf"pid {holder.pid}"):
             hold_folder(out)
-        with pytest.raises(FolderInUse, match="one search per folder"):  # a fresh search there is refused while planning
+        with pytest.raises(
+            FolderInUse, match="one search per folder"
+        ):  # a fresh search there is refused while planning
             plan_search(compose([*SMALL, f"out={out}"]))
     finally:
         holder.send_signal(signal.SIGKILL)
@@ -160,8 +188,9 @@ def test_a_torn_last_line_is_cut_with_a_note_and_appends_start_on_a_fresh_line(t
 def test_a_callback_that_cannot_write_is_reported_once_and_never_raises(tmp_path: Path, capsys) -> None:
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
-    guarded = Guarded(ResultsLog(a_file / "results.jsonl", a_file / "failures.jsonl", "score/db"), "writing results.jsonl",
-                      "goes on")
+    guarded = Guarded(
+        ResultsLog(a_file / "results.jsonl", a_file / "failures.jsonl", "score/db"), "writing results.jsonl", "goes on"
+    )
     arm = {"arm_id": "0123", "label": "baseline", "method": "baseline", "params": {}}
     trial = SimpleNamespace(config={"arm": arm, "seed": 0})
     result = {"step": 5, "final": False, "threads": 1, "score/db": 1.0}
@@ -189,10 +218,18 @@ def test_a_rung_whose_control_seeds_all_failed_is_decided() -> None:
 
 
 def test_the_cli_refuses_bad_input_with_one_error_line_and_exit_2(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "tune_dfrl.search", *TINY, "seeds=2", "arms=1", "seed=3",
-                           f"out={tmp_path / 'out'}"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "tune_dfrl.search", *TINY, "seeds=2", "arms=1", "seed=3", f"out={tmp_path / 'out'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2 and done.stderr.startswith("error: unknown key 'seed'; allowed keys: ")
     assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
-    done = subprocess.run([sys.executable, "-m", "tune_dfrl.report", f"runs={tmp_path}", "delta=abc"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "tune_dfrl.report", f"runs={tmp_path}", "delta=abc"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2 and done.stderr.strip() == "error: delta='abc': allowed: a number > 0"

@@ -20,9 +20,9 @@ from pathlib import Path
 import optuna
 import pytest
 from mlflow import MlflowClient
-
 from reliability_helpers import TINY, records, search_command, short_tmp, start, stop, wait_for
 from search_helpers import search_cfg
+
 from tune_dfrl.search import OPTUNA_STUDY, plan_search, run_search
 from tune_dfrl.trial import cell_dir
 
@@ -60,7 +60,9 @@ def finished(lines: list[dict]) -> set[Cell]:
 def interrupted_state(out: Path) -> Interrupted:
     lines = records(out / "results.jsonl")
     done = finished(lines)
-    unfinished = {cell: max(r["step"] for r in lines if (r["arm_id"], r["seed"]) == cell) for cell in cells(lines) - done}
+    unfinished = {
+        cell: max(r["step"] for r in lines if (r["arm_id"], r["seed"]) == cell) for cell in cells(lines) - done
+    }
     stamps = {cell: (cell_dir(out / "cells", *cell) / "checkpoint" / "trial.pt").stat().st_mtime_ns for cell in done}
     with open(out / "state" / "searcher.pkl", "rb") as f:
         arms = set(pickle.load(f)["state"]["arms"])
@@ -75,6 +77,7 @@ def resumed(tmp_path_factory: pytest.TempPathFactory) -> Resumed:
     env = {"RAY_TMPDIR": str(ray_tmp)}
     driver = start(command, cwd=root, env=env, log=root / "interrupted.log")
     try:
+
         def mid_search() -> bool:  # a cell finished, another holds a milestone but is not finished
             lines = records(out / "results.jsonl")
             return driver.poll() is not None or (bool(finished(lines)) and bool(cells(lines) - finished(lines)))
@@ -107,15 +110,16 @@ def test_no_finished_cell_was_trained_again(resumed: Resumed) -> None:
     trial_dirs = [p.name for p in (resumed.out / "ray" / "resume1").iterdir() if "-seed" in p.name]
     for arm, seed in resumed.before.finished:
         assert not [r for r in after if (r["arm_id"], r["seed"]) == (arm, seed) and r["attempt"] > 0]
-        assert (cell_dir(resumed.out / "cells", arm, seed) / "checkpoint" / "trial.pt").stat().st_mtime_ns == \
-            resumed.before.checkpoints[(arm, seed)]
+        assert (
+            cell_dir(resumed.out / "cells", arm, seed) / "checkpoint" / "trial.pt"
+        ).stat().st_mtime_ns == resumed.before.checkpoints[(arm, seed)]
         assert not [name for name in trial_dirs if name.startswith(f"{arm}-seed{seed}-")]  # not even started
 
 
 def test_unfinished_cells_continued_after_their_last_milestone(resumed: Resumed) -> None:
     after = records(resumed.out / "results.jsonl")
     assert set(Counter((r["arm_id"], r["seed"], r["step"]) for r in after).values()) == {1}
-    assert after[:len(resumed.before.lines)] == resumed.before.lines  # nothing stored was rewritten
+    assert after[: len(resumed.before.lines)] == resumed.before.lines  # nothing stored was rewritten
     for (arm, seed), last in resumed.before.unfinished.items():
         new = [r["step"] for r in after if (r["arm_id"], r["seed"]) == (arm, seed) and r["attempt"] == 1]
         assert all(step > last for step in new)
@@ -124,14 +128,18 @@ def test_unfinished_cells_continued_after_their_last_milestone(resumed: Resumed)
 def test_the_searcher_and_scheduler_continued(resumed: Resumed) -> None:
     after = records(resumed.out / "results.jsonl")
     arms = {r["arm_id"] for r in after}
-    assert resumed.before.arms <= arms and len(arms) == 3  # the control + the 2 arms, those suggested before the kill kept
+    assert (
+        resumed.before.arms <= arms and len(arms) == 3
+    )  # the control + the 2 arms, those suggested before the kill kept
     study = optuna.load_study(study_name=OPTUNA_STUDY, storage=f"sqlite:///{resumed.out / 'optuna.db'}")
     told = {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED}
     assert study.trials and all(t.state in told for t in study.trials)  # suggestions made before the kill were told too
     last = {}
     for r in after:
         last.setdefault(r["arm_id"], {})[r["seed"]] = max(r["step"], last.get(r["arm_id"], {}).get(r["seed"], 0))
-    assert all(len(set(by_seed.values())) == 1 and len(by_seed) == 2 for by_seed in last.values())  # whole arms, both seeds
+    assert all(
+        len(set(by_seed.values())) == 1 and len(by_seed) == 2 for by_seed in last.values()
+    )  # whole arms, both seeds
 
 
 def test_the_final_report_is_complete(resumed: Resumed) -> None:
@@ -153,7 +161,9 @@ def test_the_final_report_is_complete(resumed: Resumed) -> None:
 
 def test_rerunning_a_finished_search_trains_nothing(resumed: Resumed, ray_session) -> None:
     before = (resumed.out / "results.jsonl").read_text()
-    summary = run_search(plan_search(search_cfg(*SEARCH, f"out={resumed.out}", f"control_cache={resumed.cache}", "resume=true")))
+    summary = run_search(
+        plan_search(search_cfg(*SEARCH, f"out={resumed.out}", f"control_cache={resumed.cache}", "resume=true"))
+    )
     assert (resumed.out / "results.jsonl").read_text() == before
     assert not [p for p in (resumed.out / "ray" / "resume2").iterdir() if "-seed" in p.name]  # no trial at all
     assert summary.recommendation.recommended
@@ -161,14 +171,21 @@ def test_rerunning_a_finished_search_trains_nothing(resumed: Resumed, ray_sessio
 
 def test_a_second_search_takes_its_control_from_the_cache(resumed: Resumed, ray_session) -> None:
     second = resumed.root / "second"
-    run_search(plan_search(search_cfg("space=topk_keep", "seeds=2", "arms=1", *TINY, f"out={second}",
-                                      f"control_cache={resumed.cache}")))
+    run_search(
+        plan_search(
+            search_cfg("space=topk_keep", "seeds=2", "arms=1", *TINY, f"out={second}", f"control_cache={resumed.cache}")
+        )
+    )
     control = next(r["arm_id"] for r in records(resumed.out / "results.jsonl") if r["label"] == "baseline")
     lines = records(second / "results.jsonl")
     mine = [r for r in lines if r["arm_id"] == control]
     assert len(mine) == 4 and all(r["replayed"] for r in mine)  # 2 seeds x 2 milestones, none trained
     assert all(not r["replayed"] for r in lines if r["arm_id"] != control)
-    first = {(r["seed"], r["step"]): r["accuracy"] for r in records(resumed.out / "results.jsonl") if r["arm_id"] == control}
+    first = {
+        (r["seed"], r["step"]): r["accuracy"] for r in records(resumed.out / "results.jsonl") if r["arm_id"] == control
+    }
     assert {(r["seed"], r["step"]): r["accuracy"] for r in mine} == first
-    trained = [p for root in (resumed.out, second) for p in (root / "cells" / control).glob("seed*/checkpoint/trial.pt")]
+    trained = [
+        p for root in (resumed.out, second) for p in (root / "cells" / control).glob("seed*/checkpoint/trial.pt")
+    ]
     assert len(trained) == 2  # control trainings over both searches: one per seed

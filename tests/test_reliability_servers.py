@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from reliability_helpers import TINY, free_port, records, search_command, short_tmp, start, stop, wait_for
 
 # Loaded first by every Python process of the cluster: drops the editable finder that maps tune_dfrl to this checkout.
@@ -70,22 +69,65 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     hide.mkdir()
     (hide / "sitecustomize.py").write_text(HIDE_PROJECT)
     ray_tmp, port = short_tmp("rt-head-"), free_port()
-    ports = {flag: free_port() for flag in ("--ray-client-server-port", "--dashboard-agent-listen-port",
-                                            "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port",
-                                            "--node-manager-port", "--object-manager-port")}
-    head = start([str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", f"--port={port}",
-                  "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
-                  f"--temp-dir={ray_tmp}", *(f"{flag}={value}" for flag, value in ports.items())],
-                 cwd=root, env={"PYTHONPATH": str(hide)}, log=root / "ray-head.log")
+    ports = {
+        flag: free_port()
+        for flag in (
+            "--ray-client-server-port",
+            "--dashboard-agent-listen-port",
+            "--dashboard-agent-grpc-port",
+            "--runtime-env-agent-port",
+            "--metrics-export-port",
+            "--node-manager-port",
+            "--object-manager-port",
+        )
+    }
+    head = start(
+        [
+            str(Path(sys.executable).with_name("ray")),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={ray_tmp}",
+            *(f"{flag}={value}" for flag, value in ports.items()),
+        ],
+        cwd=root,
+        env={"PYTHONPATH": str(hide)},
+        log=root / "ray-head.log",
+    )
     mlflow_port = free_port()
-    tracking = start([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(mlflow_port),
-                      "--workers", "1", "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
-                      "--artifacts-destination", str(root / "server-artifacts")], cwd=root, log=root / "mlflow-server.log")
+    tracking = start(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(mlflow_port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{root / 'server.db'}",
+            "--artifacts-destination",
+            str(root / "server-artifacts"),
+        ],
+        cwd=root,
+        log=root / "mlflow-server.log",
+    )
     uri = f"http://127.0.0.1:{mlflow_port}"
     try:
         wait_for(lambda: healthy(uri) or tracking.poll() is not None, 120, "the MLflow server")
-        wait_for(lambda: "Ray runtime started" in (root / "ray-head.log").read_text() or head.poll() is not None, 120,
-                 "the Ray head")
+        wait_for(
+            lambda: "Ray runtime started" in (root / "ray-head.log").read_text() or head.poll() is not None,
+            120,
+            "the Ray head",
+        )
         assert head.poll() is None, (root / "ray-head.log").read_text()[-3000:]
         assert tracking.poll() is None, (root / "mlflow-server.log").read_text()[-3000:]
         yield Services(root, f"127.0.0.1:{port}", ray_tmp, uri)
@@ -98,31 +140,58 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
 @pytest.fixture(scope="module")
 def searched(services: Services) -> Path:
     out = services.root / "out"
-    done = subprocess.run(search_command("space=difffilter_band", "seeds=2", "arms=1", *TINY, "scheduler.name=fifo",
-                                         f"out={out}", f"control_cache={services.root / 'cache'}",
-                                         f"ray.address={services.ray_address}", f"mlflow.tracking_uri={services.tracking_uri}"),
-                          cwd=services.root, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        search_command(
+            "space=difffilter_band",
+            "seeds=2",
+            "arms=1",
+            *TINY,
+            "scheduler.name=fifo",
+            f"out={out}",
+            f"control_cache={services.root / 'cache'}",
+            f"ray.address={services.ray_address}",
+            f"mlflow.tracking_uri={services.tracking_uri}",
+        ),
+        cwd=services.root,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out
 
 
 def test_the_cluster_workers_never_saw_the_project(services: Services) -> None:
-    probe = subprocess.run([sys.executable, "-c", PROBE, services.ray_address], cwd=services.root,
-                           capture_output=True, text=True, timeout=300)
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE, services.ray_address],
+        cwd=services.root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert probe.stdout.strip().splitlines()[-1:] == ["hidden"], probe.stdout + probe.stderr[-3000:]
 
 
 def test_a_search_attached_to_the_cluster_ran_its_trials_there(searched: Path, services: Services) -> None:
     lines = records(searched / "results.jsonl")
-    assert {(r["label"] == "baseline", r["seed"]) for r in lines if r["final"]} == {(True, 0), (True, 1), (False, 0), (False, 1)}
-    shipped = list(services.ray_tmp.glob("session_*/runtime_resources/py_modules_files/*/tune_dfrl/trainers/embedded/backend.py"))
+    assert {(r["label"] == "baseline", r["seed"]) for r in lines if r["final"]} == {
+        (True, 0),
+        (True, 1),
+        (False, 0),
+        (False, 1),
+    }
+    shipped = list(
+        services.ray_tmp.glob("session_*/runtime_resources/py_modules_files/*/tune_dfrl/trainers/embedded/backend.py")
+    )
     assert shipped, "the project package was not shipped to the cluster through the runtime_env"
     assert (searched / "summary.json").exists()
 
 
 def test_the_tracking_server_received_parents_children_and_summaries(searched: Path, services: Services) -> None:
     uri = services.tracking_uri
-    experiment_id = rest(uri, "experiments/get-by-name", {"experiment_name": f"tune_dfrl/{searched.name}"})["experiment"]["experiment_id"]
+    experiment_id = rest(uri, "experiments/get-by-name", {"experiment_name": f"tune_dfrl/{searched.name}"})[
+        "experiment"
+    ]["experiment_id"]
     runs = rest(uri, "runs/search", body={"experiment_ids": [experiment_id], "max_results": 100})["runs"]
 
     def tags(run: dict) -> dict[str, str]:
@@ -136,12 +205,17 @@ def test_the_tracking_server_received_parents_children_and_summaries(searched: P
     assert {tags(run)["mlflow.parentRunId"] for run in by_role["seed"]} == parents
     assert all(run["info"]["status"] == "FINISHED" for run in runs)
     for run in by_role["seed"]:
-        history = rest(uri, "metrics/get-history", {"run_id": run["info"]["run_id"], "metric_key": "score/db"})["metrics"]
+        history = rest(uri, "metrics/get-history", {"run_id": run["info"]["run_id"], "metric_key": "score/db"})[
+            "metrics"
+        ]
         assert sorted(int(m["step"]) for m in history) == [2, 4]
     summary = json.loads((searched / "summary.json").read_text())
     [searched_arm] = [run for run in by_role["arm"] if tags(run)["is_control"] == "false"]
     metrics = {m["key"]: m["value"] for m in searched_arm["data"]["metrics"]}
     figures = summary["arms"][tags(searched_arm)["arm_label"]]["db"]
-    assert metrics["paired_delta_db"] == pytest.approx(figures["delta"]) and tags(searched_arm)["verdict"] == figures["verdict"]
+    assert (
+        metrics["paired_delta_db"] == pytest.approx(figures["delta"])
+        and tags(searched_arm)["verdict"] == figures["verdict"]
+    )
     artifacts = rest(uri, "artifacts/list", {"run_id": by_role["search"][0]["info"]["run_id"], "path": "report"})
     assert "report/summary.json" in {f["path"] for f in artifacts.get("files", [])}

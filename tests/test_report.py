@@ -12,26 +12,38 @@ import numpy as np
 import pandas as pd
 import pytest
 from hydra import compose, initialize
+from repo_files import DATAFLEX_CSV
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from tune_dfrl.backend import BenchmarkInfo
 from tune_dfrl import render
+from tune_dfrl.backend import BenchmarkInfo
 from tune_dfrl.report import _main, analyze, default_control, write_report
 from tune_dfrl.scores import BenchmarkSet, ScoreTable, load_csv, load_results
 from tune_dfrl.settings import register_settings
 
-from repo_files import DATAFLEX_CSV
-
 MAIN_7B = {"campaign": "main", "model": "Qwen2.5-7B-Instruct"}
 
 # The study's definitions, written out independently of tune_dfrl (data/dataflex_rl/README.md).
-DOMAINS = {"math": ["math500", "aime24", "olympiadbench", "minerva_math", "gsm8k"],
-           "logic": ["kk_hard", "bbh_logical_deduction", "bbh_tracking", "zebra_logic_mc"],
-           "science": ["gpqa_diamond", "mmlu_pro_chemistry", "mmlu_pro_physics"]}
-ITEMS = {"math500": 500, "aime24": 30, "olympiadbench": 675, "minerva_math": 272, "gsm8k": 1319, "kk_hard": 200,
-         "bbh_logical_deduction": 750, "bbh_tracking": 750, "zebra_logic_mc": 500, "gpqa_diamond": 198,
-         "mmlu_pro_chemistry": 500, "mmlu_pro_physics": 500}
+DOMAINS = {
+    "math": ["math500", "aime24", "olympiadbench", "minerva_math", "gsm8k"],
+    "logic": ["kk_hard", "bbh_logical_deduction", "bbh_tracking", "zebra_logic_mc"],
+    "science": ["gpqa_diamond", "mmlu_pro_chemistry", "mmlu_pro_physics"],
+}
+ITEMS = {
+    "math500": 500,
+    "aime24": 30,
+    "olympiadbench": 675,
+    "minerva_math": 272,
+    "gsm8k": 1319,
+    "kk_hard": 200,
+    "bbh_logical_deduction": 750,
+    "bbh_tracking": 750,
+    "zebra_logic_mc": 500,
+    "gpqa_diamond": 198,
+    "mmlu_pro_chemistry": 500,
+    "mmlu_pro_physics": 500,
+}
 MATH_HEAVY = DOMAINS["math"] + ["gpqa_diamond"]
 
 # Pinned once from this implementation, cross-checked below by an independent pandas computation.
@@ -41,8 +53,12 @@ REFERENCE_RANK_CORRELATION = {
     "db~item": {"spearman": 53 / 60, "kendall": 7 / 9},
     "db~math_heavy": {"spearman": -1 / 3, "kendall": -5 / 18},
 }
-REFERENCE_RANGE = {"db": 3.3124167601945373, "macro": 2.7923681257014508, "item": 2.1661930900871766,
-                   "math_heavy": 0.8985970819304185}
+REFERENCE_RANGE = {
+    "db": 3.3124167601945373,
+    "macro": 2.7923681257014508,
+    "item": 2.1661930900871766,
+    "math_heavy": 0.8985970819304185,
+}
 
 
 @pytest.fixture(scope="module")
@@ -55,14 +71,16 @@ def independent_method_means() -> pd.DataFrame:
     runs = runs[(runs.campaign == "main") & (runs.model == "Qwen2.5-7B-Instruct")]
     domain_means = pd.DataFrame({d: runs[cols].mean(axis=1) for d, cols in DOMAINS.items()})
     columns = list(ITEMS)
-    per_run = pd.DataFrame({
-        "method": runs["method"],
-        "db": domain_means.mean(axis=1),
-        "macro": runs[columns].mean(axis=1),
-        "item": (runs[columns] * pd.Series(ITEMS)).sum(axis=1) / sum(ITEMS.values()),
-        "math_heavy": runs[MATH_HEAVY].mean(axis=1),
-        "db_without_logic": domain_means[["math", "science"]].mean(axis=1),
-    })
+    per_run = pd.DataFrame(
+        {
+            "method": runs["method"],
+            "db": domain_means.mean(axis=1),
+            "macro": runs[columns].mean(axis=1),
+            "item": (runs[columns] * pd.Series(ITEMS)).sum(axis=1) / sum(ITEMS.values()),
+            "math_heavy": runs[MATH_HEAVY].mean(axis=1),
+            "db_without_logic": domain_means[["math", "science"]].mean(axis=1),
+        }
+    )
     return per_run.groupby("method").mean()
 
 
@@ -83,8 +101,12 @@ def test_reference_rank_correlations_and_ranges(dataflex_summary):
 
     means = independent_method_means()
     for other in ("macro", "item", "math_heavy"):
-        assert s.rank_correlation[f"db~{other}"].spearman == pytest.approx(stats.spearmanr(means["db"], means[other]).statistic)
-        assert s.rank_correlation[f"db~{other}"].kendall == pytest.approx(stats.kendalltau(means["db"], means[other]).statistic)
+        assert s.rank_correlation[f"db~{other}"].spearman == pytest.approx(
+            stats.spearmanr(means["db"], means[other]).statistic
+        )
+        assert s.rank_correlation[f"db~{other}"].kendall == pytest.approx(
+            stats.kendalltau(means["db"], means[other]).statistic
+        )
     for name in REFERENCE_RANGE:
         assert s.range[name] == pytest.approx(means[name].max() - means[name].min())
         assert s.means[name] == pytest.approx(means[name].to_dict())
@@ -112,7 +134,10 @@ def test_winner_flip_rate_adapts_its_subset_size_to_three_seeds(dataflex_summary
     pairs = [[1, 2], [1, 3], [2, 3]]
     flipped = np.mean([db[pair].mean(axis=1).idxmax() != winner for pair in pairs])  # no ties in these data
     assert s.winner_flip_rate["db"] == pytest.approx(flipped)
-    assert "winner-flip rate over subsets of 2 of the 3 seeds shared by all arms (flip_k=3 needs more than 3 seeds)" in s.notes
+    assert (
+        "winner-flip rate over subsets of 2 of the 3 seeds shared by all arms (flip_k=3 needs more than 3 seeds)"
+        in s.notes
+    )
     table = load_csv(DATAFLEX_CSV, filters=MAIN_7B)
     write_report(s, table, tmp_path)
     assert "| winner-flip rate (subsets of 2 seeds, 3 subsets) |" in (tmp_path / "report.md").read_text()
@@ -131,13 +156,24 @@ def test_leave_out_verdicts_use_the_main_holm_family():
     item = runs.assign(score=(runs[list(kept)] * pd.Series(kept)).sum(axis=1) / sum(kept.values()))
     by_seed = item.pivot(index="method", columns="seed", values="score")
     p = [stats.ttest_rel(by_seed.loc[a], by_seed.loc["baseline"]).pvalue for a in by_seed.index if a != "baseline"]
-    assert multipletests(p + [1.0] * 32, method="holm")[1][by_seed.index.drop("baseline").get_loc("gfpo")] == pytest.approx(0.2465, abs=1e-4)
+    assert multipletests(p + [1.0] * 32, method="holm")[1][
+        by_seed.index.drop("baseline").get_loc("gfpo")
+    ] == pytest.approx(0.2465, abs=1e-4)
 
 
 def test_command_on_dataflex_table(tmp_path):
     out = tmp_path / "report"
-    command = [sys.executable, "-m", "tune_dfrl.report", f"runs={DATAFLEX_CSV}", "control=baseline",
-               "filter.campaign=main", "filter.model=Qwen2.5-7B-Instruct", "aggregations=[db,macro,item,math_heavy]", f"out={out}"]
+    command = [
+        sys.executable,
+        "-m",
+        "tune_dfrl.report",
+        f"runs={DATAFLEX_CSV}",
+        "control=baseline",
+        "filter.campaign=main",
+        "filter.model=Qwen2.5-7B-Instruct",
+        "aggregations=[db,macro,item,math_heavy]",
+        f"out={out}",
+    ]
     env = {**os.environ, "COLUMNS": "160"}
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -191,23 +227,50 @@ def test_command_bad_input_exits_2_with_an_error_line(tmp_path):
     bad_yaml = tmp_path / "bench.yaml"
     bad_yaml.write_text("benchmarks: [name: x\n")
     for option in (f"benchmarks={bad_yaml}", "aggregations=db", "aggregations=[db,efficiency]"):
-        done = subprocess.run([sys.executable, "-m", "tune_dfrl.report", f"runs={DATAFLEX_CSV}", "filter.campaign=main",
-                               "filter.model=Qwen2.5-7B-Instruct", option, f"out={tmp_path / 'out'}"],
-                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 2 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr, done.stderr
-    assert "'efficiency' needs response lengths" in done.stderr and "allowed: db, macro, item, math_heavy\n" in done.stderr
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tune_dfrl.report",
+                f"runs={DATAFLEX_CSV}",
+                "filter.campaign=main",
+                "filter.model=Qwen2.5-7B-Instruct",
+                option,
+                f"out={tmp_path / 'out'}",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 2 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr, (
+            done.stderr
+        )
+    assert (
+        "'efficiency' needs response lengths" in done.stderr and "allowed: db, macro, item, math_heavy\n" in done.stderr
+    )
     assert not (tmp_path / "out").exists()
 
 
 # ------------------------------------------------------------------------- synthetic tables
 
-BENCH = BenchmarkSet((BenchmarkInfo("m1", "math", 100), BenchmarkInfo("m2", "math", 300), BenchmarkInfo("l1", "logic", 100)))
+BENCH = BenchmarkSet(
+    (BenchmarkInfo("m1", "math", 100), BenchmarkInfo("m2", "math", 300), BenchmarkInfo("l1", "logic", 100))
+)
 
 
 def table_of(runs: dict[tuple[str, int], float], noise: float = 0.5, step: int | None = None) -> ScoreTable:
     """Benchmark i of run (arm, seed) scores level + 10 cos(seed) (shared seed effect) + noise * sin(3 seed + 7 i + len(arm))."""
-    rows = [{"arm": arm, "seed": seed, "benchmark": b, "score": level + 10 * np.cos(seed) + noise * np.sin(3 * seed + 7 * i + len(arm))}
-            for (arm, seed), level in runs.items() for i, b in enumerate(BENCH.names)]
+    rows = [
+        {
+            "arm": arm,
+            "seed": seed,
+            "benchmark": b,
+            "score": level + 10 * np.cos(seed) + noise * np.sin(3 * seed + 7 * i + len(arm)),
+        }
+        for (arm, seed), level in runs.items()
+        for i, b in enumerate(BENCH.names)
+    ]
     frame = pd.DataFrame(rows)
     return ScoreTable(frame if step is None else frame.assign(step=step), BENCH)
 
@@ -256,7 +319,9 @@ def test_an_excluded_arm_stays_in_the_holm_family():
     assert summary.arms["a"]["db"].level == pytest.approx(1 - 0.05 / 3)  # first Holm step of 3, not of 2
     assert summary.arms["a"]["db"].common_level == pytest.approx(1 - 0.05 / 3)
     assert any("excluded arm 'single'" in n and "stays in the Holm family" in n for n in summary.notes)
-    assert analyze(table_of(runs, noise=0.1), "baseline", family_size=5).holm_family == 5  # a search's own count wins when larger
+    assert (
+        analyze(table_of(runs, noise=0.1), "baseline", family_size=5).holm_family == 5
+    )  # a search's own count wins when larger
 
 
 def test_mean_and_delta_name_the_seeds_they_use(tmp_path):
@@ -274,7 +339,9 @@ def test_mean_and_delta_name_the_seeds_they_use(tmp_path):
     assert summary.control_mean["db"] == pytest.approx(db["baseline"].mean())  # the control row: all its seeds
     write_report(summary, table, tmp_path)
     text = (tmp_path / "report.md").read_text()
-    assert "| a | " in text and " | 3 (1, 3, 4) | " in text and "`seeds`: the seeds an arm's mean and Δ both use" in text
+    assert (
+        "| a | " in text and " | 3 (1, 3, 4) | " in text and "`seeds`: the seeds an arm's mean and Δ both use" in text
+    )
 
 
 def test_forest_plot_spans_and_draws_the_intervals_that_decide(tmp_path, monkeypatch):
@@ -295,8 +362,11 @@ def test_forest_plot_spans_and_draws_the_intervals_that_decide(tmp_path, monkeyp
     assert (round(wide.ci_low, 9), round(wide.ci_high, 9), 1) in drawn
     assert (round(wide.eq_low, 9), round(wide.eq_high, 9), 5) in drawn
     assert not any(round(wide.bca_low, 9) in (x0, x1) for x0, x1, _ in drawn)
-    text = "\n".join(p for section in render.sections(summary, table_of(runs), {"forest": tmp_path / "forest.png"})
-                     for p in section.paragraphs)
+    text = "\n".join(
+        p
+        for section in render.sections(summary, table_of(runs), {"forest": tmp_path / "forest.png"})
+        for p in section.paragraphs
+    )
     assert "BCa intervals are reported, never deciding" in text and "72% at 3 seeds" in text
     assert "BCa 95% CI (nominal)" in render.verdict_table(summary, "db").columns
 
@@ -316,9 +386,15 @@ def test_an_unbounded_interval_is_drawn_and_written(tmp_path):
 def _two_benchmark_table(logic_chars: float) -> ScoreTable:
     """math scores differ between arms; logic runs answer nothing correct with `logic_chars` characters."""
     bench = BenchmarkSet((BenchmarkInfo("m1", "math", 100), BenchmarkInfo("l1", "logic", 100)))
-    rows = [row for arm, level in [("baseline", 40.0), ("a", 42.0)] for s in range(1, 6) for row in (
-        {"arm": arm, "seed": s, "benchmark": "m1", "score": level + np.sin(s + len(arm)), "length_chars": 3.0},
-        {"arm": arm, "seed": s, "benchmark": "l1", "score": 0.0, "length_chars": logic_chars})]
+    rows = [
+        row
+        for arm, level in [("baseline", 40.0), ("a", 42.0)]
+        for s in range(1, 6)
+        for row in (
+            {"arm": arm, "seed": s, "benchmark": "m1", "score": level + np.sin(s + len(arm)), "length_chars": 3.0},
+            {"arm": arm, "seed": s, "benchmark": "l1", "score": 0.0, "length_chars": logic_chars},
+        )
+    ]
     return ScoreTable(pd.DataFrame(rows), bench)
 
 
@@ -330,13 +406,17 @@ def test_leave_out_subset_with_an_undefined_score_is_skipped_with_a_note():
     assert any("robustness of 'efficiency' without 'm1' skipped" in n and "10 run(s)" in n for n in summary.notes)
     assert any("without 'math' skipped" in n for n in summary.notes)
     assert summary.verdicts["a"] == "better"
-    assert list(analyze(_two_benchmark_table(logic_chars=2.0), "baseline").robustness["efficiency"]["lobo"].left_out) == ["m1", "l1"]
+    assert list(
+        analyze(_two_benchmark_table(logic_chars=2.0), "baseline").robustness["efficiency"]["lobo"].left_out
+    ) == ["m1", "l1"]
 
 
 def test_an_aggregation_undefined_on_the_full_table_is_a_clear_error():
     table = _two_benchmark_table(logic_chars=0.0)
     table.frame.loc[table.frame["benchmark"] == "m1", "length_chars"] = 0.0
-    with pytest.raises(ValueError, match=r"aggregation 'efficiency' is undefined \(NaN\) for 10 run\(s\).*aggregations="):
+    with pytest.raises(
+        ValueError, match=r"aggregation 'efficiency' is undefined \(NaN\) for 10 run\(s\).*aggregations="
+    ):
         analyze(table, "baseline")
     assert analyze(table, "baseline", aggregations=["db"]).verdicts == {"a": "better"}
 
@@ -358,15 +438,28 @@ def test_analyze_bad_arguments():
 def write_search_output(out: Path, steps=(10, 20, 30), seeds=(1, 2, 3, 4)) -> dict:
     """A search output directory: results.jsonl (+ benchmarks.json) with lengths; returns the db values."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "benchmarks.json").write_text(json.dumps([{"name": b.name, "domain": b.domain, "items": b.items} for b in BENCH.benchmarks]))
+    (out / "benchmarks.json").write_text(
+        json.dumps([{"name": b.name, "domain": b.domain, "items": b.items} for b in BENCH.benchmarks])
+    )
     lines, db = [], {}
     for arm_id, label, gain in [("c0", "baseline", 0.0), ("a1", "band", 1.0), ("a2", "soft", -0.5)]:
         for seed in seeds:
             for step in steps:
                 acc = {b: 40.0 + step / 10 * gain + seed + i for i, b in enumerate(BENCH.names)}
                 db[(label, seed, step)] = ((acc["m1"] + acc["m2"]) / 2 + acc["l1"]) / 2
-                lines.append(json.dumps({"arm_id": arm_id, "label": label, "method": label, "seed": seed, "step": step,
-                                         "accuracy": acc, "length_chars": {b: 200.0 + seed for b in BENCH.names}}))
+                lines.append(
+                    json.dumps(
+                        {
+                            "arm_id": arm_id,
+                            "label": label,
+                            "method": label,
+                            "seed": seed,
+                            "step": step,
+                            "accuracy": acc,
+                            "length_chars": {b: 200.0 + seed for b in BENCH.names},
+                        }
+                    )
+                )
     (out / "results.jsonl").write_text("\n".join(lines) + "\n")
     return db
 
@@ -377,13 +470,18 @@ def test_milestones_give_learning_curves_and_efficiency(tmp_path):
     summary = analyze(table, default_control(table))
     assert summary.aggregations == ["db", "macro", "item", "efficiency"]
     assert summary.arm_steps == {"band": 30, "baseline": 30, "soft": 30}
-    assert summary.arms["band"]["db"].delta == pytest.approx(db[("band", 1, 30)] - db[("baseline", 1, 30)])  # final step
+    assert summary.arms["band"]["db"].delta == pytest.approx(
+        db[("band", 1, 30)] - db[("baseline", 1, 30)]
+    )  # final step
     curve = {p.step: p for p in summary.curves["band"]}
     assert sorted(curve) == [10, 20, 30]
     assert curve[20].delta == pytest.approx(2.0) and curve[20].n == 4  # gain 1 * step / 10
     assert summary.arms["band"]["efficiency"].mean > summary.means["efficiency"]["baseline"]
     paths = write_report(summary, table, tmp_path / "report")
-    assert paths["curves"].exists() and (tmp_path / "report" / "report.html").read_text().count("data:image/png;base64,") == 2
+    assert (
+        paths["curves"].exists()
+        and (tmp_path / "report" / "report.html").read_text().count("data:image/png;base64,") == 2
+    )
 
 
 def report_config(overrides: list[str]):
@@ -399,11 +497,23 @@ def test_experiment_source_logs_the_report_to_the_search_run(tmp_path):
     client = MlflowClient(tracking_uri=uri)
     experiment = client.create_experiment("search-y", artifact_location=(tmp_path / "artifacts").as_uri())
     search = client.create_run(experiment, tags={"tune_dfrl.role": "search"})
-    client.log_dict(search.info.run_id, [{"name": b.name, "domain": b.domain, "items": b.items} for b in BENCH.benchmarks], "benchmarks.json")
+    client.log_dict(
+        search.info.run_id,
+        [{"name": b.name, "domain": b.domain, "items": b.items} for b in BENCH.benchmarks],
+        "benchmarks.json",
+    )
     for arm_id, label, gain in [("c0", "baseline", 0.0), ("a1", "band", 2.0)]:
         for seed in (1, 2, 3):
-            run = client.create_run(experiment, tags={"tune_dfrl.role": "seed", "arm_id": arm_id, "arm_label": label,
-                                                      "method": label, "seed": str(seed)})
+            run = client.create_run(
+                experiment,
+                tags={
+                    "tune_dfrl.role": "seed",
+                    "arm_id": arm_id,
+                    "arm_label": label,
+                    "method": label,
+                    "seed": str(seed),
+                },
+            )
             for i, name in enumerate(BENCH.names):
                 client.log_metric(run.info.run_id, f"acc/{name}", 40.0 + gain + seed * (1 + 0.1 * i), step=50)
     cfg = report_config(["experiment=search-y", f"mlflow.tracking_uri={uri}", f"out={tmp_path / 'out'}"])

@@ -6,17 +6,20 @@ import re
 import subprocess
 
 import pandas as pd
-
 from repo_files import DATAFLEX_CSV, REPO
 
 # `../x` (any depth) and the absolute places an outside file could come from.
 RELATIVE = re.compile(r"(?:\.\./)+[\w.-][\w./-]*")
-OUTSIDE = re.compile(r"(?<![\w.])/(?:work|home|root|tmp/[\w.-]+/shared)/|\bshared/(?:DESIGN|data|notes|hooks)\b"
-                     r"|\.parents?(?:\[\d+\])?\.parent\s*/\s*[\"']shared")
+OUTSIDE = re.compile(
+    r"(?<![\w.])/(?:work|home|root|tmp/[\w.-]+/shared)/|\bshared/(?:DESIGN|data|notes|hooks)\b"
+    r"|\.parents?(?:\[\d+\])?\.parent\s*/\s*[\"']shared"
+)
 
 
 def tracked_text_files() -> list[str]:
-    names = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.decode().split("\0")
+    names = (
+        subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.decode().split("\0")
+    )
     return [n for n in names if n and not n.endswith((".csv", ".png", ".parquet"))]
 
 
@@ -47,7 +50,9 @@ def test_no_tracked_file_points_outside_the_repository():
 
 
 def test_the_checker_finds_outside_references():
-    assert "../shared/data/x.csv" in outside_references("README.md", "python -m tune_dfrl.report runs=../shared/data/x.csv")
+    assert "../shared/data/x.csv" in outside_references(
+        "README.md", "python -m tune_dfrl.report runs=../shared/data/x.csv"
+    )
     assert outside_references("docs/readme_search.md", "see [the README](../README.md)") == []
     assert outside_references("docs/x.md", "`../shared/DESIGN.md`") != []  # resolves inside, names nothing there
     assert outside_references("tests/x.py", 'p = Path(__file__).resolve().parents[1].parent / "shared"') != []

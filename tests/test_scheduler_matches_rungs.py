@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from decisions_helpers import load_benchmark
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
-from decisions_helpers import load_benchmark
 from tune_dfrl.rungs import RungRule, decide
 from tune_dfrl.scheduler import ArmDecision, make_scheduler
 from tune_dfrl.settings import SchedulerSettings
@@ -42,8 +42,12 @@ def scripted_run(mode: str, scores: np.ndarray, order: np.ndarray, bench) -> tup
     """Drive the scheduler on one campaign's scores [A, S, M]; return its decisions and milestones run per arm."""
     decisions: list[ArmDecision] = []
     scheduler = make_scheduler(
-        SchedulerSettings(mode, eta=ETA, confidence=CONFIDENCE, grace_fraction=GRACE), metric=METRIC,
-        control=bench.CONTROL, seeds=SEEDS, milestones=STEPS, on_decision=decisions.append,
+        SchedulerSettings(mode, eta=ETA, confidence=CONFIDENCE, grace_fraction=GRACE),
+        metric=METRIC,
+        control=bench.CONTROL,
+        seeds=SEEDS,
+        milestones=STEPS,
+        on_decision=decisions.append,
     )
     n_arms = scores.shape[0]
     trials = {
@@ -72,7 +76,9 @@ def scripted_run(mode: str, scores: np.ndarray, order: np.ndarray, bench) -> tup
     return decisions, ran
 
 
-def expected_decision(decided: ArmDecision, scores: np.ndarray, order: np.ndarray, ran: np.ndarray, bench, rule: RungRule):
+def expected_decision(
+    decided: ArmDecision, scores: np.ndarray, order: np.ndarray, ran: np.ndarray, bench, rule: RungRule
+):
     """decide() on the table built from raw scores: arms launched earlier that reached this rung, the control, the arm."""
     rung = STEPS.index(decided.rung)
     deltas = scores[:, :, rung] - scores[0, :, rung]

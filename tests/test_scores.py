@@ -9,18 +9,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-from tune_dfrl.schema import aggregate, aggregation_list, check_aggregations, default_aggregations, weights
-from tune_dfrl.backend import BenchmarkInfo
-from tune_dfrl.scores import BenchmarkSet, ScoreTable, dataflex_benchmarks, load_csv, load_mlflow, load_results
-
 from repo_files import DATAFLEX_CSV
+
+from tune_dfrl.backend import BenchmarkInfo
+from tune_dfrl.schema import aggregate, aggregation_list, check_aggregations, default_aggregations, weights
+from tune_dfrl.scores import BenchmarkSet, ScoreTable, dataflex_benchmarks, load_csv, load_mlflow, load_results
 
 MAIN_7B = {"campaign": "main", "model": "Qwen2.5-7B-Instruct"}
 
 # Three benchmarks: two math (100 and 300 items), one logic (100 items); subset pair = {m1, l1}.
-TINY = BenchmarkSet((BenchmarkInfo("m1", "math", 100), BenchmarkInfo("m2", "math", 300), BenchmarkInfo("l1", "logic", 100)),
-                    {"pair": ("m1", "l1")})
+TINY = BenchmarkSet(
+    (BenchmarkInfo("m1", "math", 100), BenchmarkInfo("m2", "math", 300), BenchmarkInfo("l1", "logic", 100)),
+    {"pair": ("m1", "l1")},
+)
 ACC = np.array([60.0, 80.0, 30.0])
 LEN = np.array([100.0, 200.0, 50.0])
 
@@ -48,7 +49,9 @@ def test_aggregates_leave_out():
 
 def test_aggregates_are_vectorised_over_runs():
     runs = np.stack([ACC, ACC[::-1], ACC + 1])
-    assert aggregate(runs, "db", TINY) == pytest.approx([50.0, (55 + 60) / 2, 51.0])  # reversed: math (30, 80), logic 60
+    assert aggregate(runs, "db", TINY) == pytest.approx(
+        [50.0, (55 + 60) / 2, 51.0]
+    )  # reversed: math (30, 80), logic 60
 
 
 def test_aggregation_names_checked():
@@ -56,11 +59,17 @@ def test_aggregation_names_checked():
     assert default_aggregations(TINY, has_lengths=True)[-1] == "efficiency"
     with pytest.raises(ValueError, match=r"unknown aggregations \['dbb'\]; allowed: db, macro, item, pair$"):
         check_aggregations(["dbb"], TINY, False)  # efficiency is not offered without lengths
-    with pytest.raises(ValueError, match=r"unknown aggregations \['dbb'\]; allowed: db, macro, item, pair, efficiency$"):
+    with pytest.raises(
+        ValueError, match=r"unknown aggregations \['dbb'\]; allowed: db, macro, item, pair, efficiency$"
+    ):
         check_aggregations(["dbb"], TINY, True)
     with pytest.raises(ValueError, match="needs response lengths .* lacks; allowed: db, macro, item, pair$"):
         check_aggregations(["db", "efficiency"], TINY, False)
-    assert aggregation_list("db") == ["db"] and aggregation_list(("db", "pair")) == ["db", "pair"] and aggregation_list(None) == []
+    assert (
+        aggregation_list("db") == ["db"]
+        and aggregation_list(("db", "pair")) == ["db", "pair"]
+        and aggregation_list(None) == []
+    )
     with pytest.raises(ValueError, match=r"aggregations must be names"):
         aggregation_list([1, 2])
 
@@ -71,9 +80,20 @@ def test_aggregation_names_checked():
 def test_dataflex_metadata_matches_the_data_readme():
     bench = dataflex_benchmarks()
     assert len(bench.names) == 12
-    assert {d: sum(b.domain == d for b in bench.benchmarks) for d in bench.domains} == {"math": 5, "logic": 4, "science": 3}
+    assert {d: sum(b.domain == d for b in bench.benchmarks) for d in bench.domains} == {
+        "math": 5,
+        "logic": 4,
+        "science": 3,
+    }
     assert sum(b.items for b in bench.benchmarks) == 6194
-    assert bench.subsets["math_heavy"] == ("math500", "aime24", "olympiadbench", "minerva_math", "gsm8k", "gpqa_diamond")
+    assert bench.subsets["math_heavy"] == (
+        "math500",
+        "aime24",
+        "olympiadbench",
+        "minerva_math",
+        "gsm8k",
+        "gpqa_diamond",
+    )
     readme = (DATAFLEX_CSV.parent / "README.md").read_text()
     rows = re.findall(r"^\| (\w+) \| (math|logic|science) \| (\d+) \|$", readme, flags=re.MULTILINE)
     assert [(b.name, b.domain, b.items) for b in bench.benchmarks] == [(n, d, int(k)) for n, d, k in rows]
@@ -91,15 +111,24 @@ def test_benchmark_set_errors():
         BenchmarkSet((BenchmarkInfo("m1", "math", 0),))
 
 
-@pytest.mark.parametrize("text, message", [
-    ("benchmarks: [{name: m1, domain: math, items: 100}\n", r"is not valid YAML/JSON: .*line 2"),
-    ("just a string\n", r"needs a 'benchmarks' list; got 'just a string'"),
-    ("benchmarks: {m1: math}\n", r"'benchmarks' must be a list of \{name, domain, items\} records"),
-    ("benchmarks: [m1, m2]\n", r"benchmark record 'm1' is not a mapping"),
-    ("benchmarks: [{name: m1, domain: math}]\n", r"lacks \['items'\]"),
-    ("benchmarks: [{name: m1, domain: math, items: 2.5}]\n", r"benchmark 'm1': item count must be a positive integer; got 2.5"),
-    ("benchmarks: [{name: m1, domain: math, items: 5}]\nsubsets: {s: m1}\n", r"'subsets' must map each subset name to a list"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("benchmarks: [{name: m1, domain: math, items: 100}\n", r"is not valid YAML/JSON: .*line 2"),
+        ("just a string\n", r"needs a 'benchmarks' list; got 'just a string'"),
+        ("benchmarks: {m1: math}\n", r"'benchmarks' must be a list of \{name, domain, items\} records"),
+        ("benchmarks: [m1, m2]\n", r"benchmark record 'm1' is not a mapping"),
+        ("benchmarks: [{name: m1, domain: math}]\n", r"lacks \['items'\]"),
+        (
+            "benchmarks: [{name: m1, domain: math, items: 2.5}]\n",
+            r"benchmark 'm1': item count must be a positive integer; got 2.5",
+        ),
+        (
+            "benchmarks: [{name: m1, domain: math, items: 5}]\nsubsets: {s: m1}\n",
+            r"'subsets' must map each subset name to a list",
+        ),
+    ],
+)
 def test_malformed_benchmark_files_name_the_file_and_the_problem(tmp_path, text, message):
     path = write(tmp_path / "bench.yaml", text)
     with pytest.raises(ValueError, match=f"benchmark metadata {re.escape(str(path))}.*{message}"):
@@ -115,15 +144,21 @@ def test_missing_benchmark_file(tmp_path):
 
 
 def tiny_frame(arms=("ctl", "a"), seeds=(1, 2), step=None) -> pd.DataFrame:
-    rows = [{"arm": arm, "seed": seed, "benchmark": b, "score": 50.0 + i + seed}
-            for arm in arms for seed in seeds for i, b in enumerate(TINY.names)]
+    rows = [
+        {"arm": arm, "seed": seed, "benchmark": b, "score": 50.0 + i + seed}
+        for arm in arms
+        for seed in seeds
+        for i, b in enumerate(TINY.names)
+    ]
     frame = pd.DataFrame(rows)
     return frame if step is None else frame.assign(step=step)
 
 
 def test_score_table_rejects_incomplete_duplicated_and_out_of_range():
     frame = tiny_frame()
-    with pytest.raises(ValueError, match=r"every run needs a score on every benchmark; \{'arm': 'a', 'seed': 2\} lacks \['l1'\]"):
+    with pytest.raises(
+        ValueError, match=r"every run needs a score on every benchmark; \{'arm': 'a', 'seed': 2\} lacks \['l1'\]"
+    ):
         ScoreTable(frame.iloc[:-1], TINY)
     with pytest.raises(ValueError, match="duplicated: arm=a seed=2 benchmark=l1"):
         ScoreTable(pd.concat([frame, frame.iloc[-1:]]), TINY)
@@ -157,7 +192,9 @@ WIDE = "run_id,method,seed,m1,m2,l1\nr1,ctl,1,60,80,30\nr2,ctl,2,61,81,31\nr3,a,
 
 def test_wide_and_long_csv_give_the_same_table(tmp_path):
     wide = load_csv(write(tmp_path / "w.csv", WIDE), TINY)
-    long_rows = ["arm,seed,benchmark,score"] + [f"{r.arm},{r.seed},{r.benchmark},{r.score}" for r in wide.frame.itertuples()]
+    long_rows = ["arm,seed,benchmark,score"] + [
+        f"{r.arm},{r.seed},{r.benchmark},{r.score}" for r in wide.frame.itertuples()
+    ]
     long = load_csv(write(tmp_path / "l.csv", "\n".join(long_rows)), TINY)
     pd.testing.assert_frame_equal(wide.frame, long.frame)
     cell = wide.frame.set_index(["arm", "seed", "benchmark"])["score"]
@@ -186,16 +223,21 @@ def test_csv_bad_input_errors(tmp_path):
         load_csv(tmp_path / "w.csv", TINY, {"method": "zz"})
     with pytest.raises(ValueError, match="needs a 'seed' column"):
         load_csv(write(tmp_path / "noseed.csv", WIDE.replace("seed", "sd")), TINY)
-    with pytest.raises(ValueError, match=r"long table .* no 'score' column \(is 'Score ' meant to be 'score'\?\); columns: arm, seed, benchmark, Score "):
+    with pytest.raises(
+        ValueError,
+        match=r"long table .* no 'score' column \(is 'Score ' meant to be 'score'\?\); columns: arm, seed, benchmark, Score ",
+    ):
         load_csv(write(tmp_path / "long.csv", "arm,seed,benchmark,Score \nctl,1,m1,50\n"), TINY)
     with pytest.raises(ValueError, match=r"no 'score' column; columns: arm, seed, benchmark, accuracy$"):
         load_csv(write(tmp_path / "long.csv", "arm,seed,benchmark,accuracy\nctl,1,m1,50\n"), TINY)
 
 
 def test_csv_filter_keeps_the_slice_and_ignores_bad_cells_outside_it(tmp_path):
-    text = ("campaign,method,seed,m1,m2,l1\n"
-            "main,ctl,1,60,80,30\nmain,ctl,2,61,81,31\nmain,a,2,60,82,33\n"
-            "other,ctl,2,oops,1,1\n")
+    text = (
+        "campaign,method,seed,m1,m2,l1\n"
+        "main,ctl,1,60,80,30\nmain,ctl,2,61,81,31\nmain,a,2,60,82,33\n"
+        "other,ctl,2,oops,1,1\n"
+    )
     table = load_csv(write(tmp_path / "camp.csv", text), TINY, {"campaign": "main", "seed": "2.0"})
     assert sorted(table.frame[["arm", "seed"]].drop_duplicates().itertuples(index=False)) == [("a", 2), ("ctl", 2)]
 
@@ -220,19 +262,34 @@ def test_dataflex_table_without_filters_is_ambiguous():
 
 
 def results_line(arm_id, label, seed, step, base, method="m"):
-    return json.dumps({"arm_id": arm_id, "label": label, "method": method, "seed": seed, "step": step, "final": step == 20,
-                       "accuracy": {"m1": base, "m2": base + 1, "l1": base + 2},
-                       "length_chars": {"m1": 100.0, "m2": 100.0, "l1": 100.0}})
+    return json.dumps(
+        {
+            "arm_id": arm_id,
+            "label": label,
+            "method": method,
+            "seed": seed,
+            "step": step,
+            "final": step == 20,
+            "accuracy": {"m1": base, "m2": base + 1, "l1": base + 2},
+            "length_chars": {"m1": 100.0, "m2": 100.0, "l1": 100.0},
+        }
+    )
 
 
 def test_results_jsonl(tmp_path):
-    lines = [results_line(a, label, s, step, 40 + step + s) for a, label in [("id0", "baseline"), ("id1", "band"), ("id2", "band")]
-             for s in (1, 2) for step in (10, 20)]
+    lines = [
+        results_line(a, label, s, step, 40 + step + s)
+        for a, label in [("id0", "baseline"), ("id1", "band"), ("id2", "band")]
+        for s in (1, 2)
+        for step in (10, 20)
+    ]
     lines.append(lines[0])  # a resumed trial reporting its milestone again
     (tmp_path / "results.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.raises(FileNotFoundError, match="no benchmarks.json"):
         load_results(tmp_path)
-    (tmp_path / "benchmarks.json").write_text(json.dumps([{"name": b.name, "domain": b.domain, "items": b.items} for b in TINY.benchmarks]))
+    (tmp_path / "benchmarks.json").write_text(
+        json.dumps([{"name": b.name, "domain": b.domain, "items": b.items} for b in TINY.benchmarks])
+    )
     table = load_results(tmp_path)
     assert table.arms == ["band [id1]", "band [id2]", "baseline"]  # a shared label gets the arm id
     assert table.arm_info["band [id2]"] == {"arm_id": "id2", "method": "m"}
@@ -254,13 +311,26 @@ def test_mlflow_experiment(tmp_path):
     client = MlflowClient(tracking_uri=uri)
     experiment = client.create_experiment("search-x", artifact_location=(tmp_path / "artifacts").as_uri())
     search = client.create_run(experiment, tags={"tune_dfrl.role": "search"})
-    client.log_dict(search.info.run_id, [{"name": b.name, "domain": b.domain, "items": b.items} for b in TINY.benchmarks], "benchmarks.json")
+    client.log_dict(
+        search.info.run_id,
+        [{"name": b.name, "domain": b.domain, "items": b.items} for b in TINY.benchmarks],
+        "benchmarks.json",
+    )
     expected = {}
     for arm_id, label in [("id0", "baseline"), ("id1", "band")]:
         parent = client.create_run(experiment, tags={"tune_dfrl.role": "arm", "arm_id": arm_id})
         for seed in (1, 2):
-            run = client.create_run(experiment, tags={"tune_dfrl.role": "seed", "arm_id": arm_id, "arm_label": label, "method": label,
-                                                      "seed": str(seed), "mlflow.parentRunId": parent.info.run_id})
+            run = client.create_run(
+                experiment,
+                tags={
+                    "tune_dfrl.role": "seed",
+                    "arm_id": arm_id,
+                    "arm_label": label,
+                    "method": label,
+                    "seed": str(seed),
+                    "mlflow.parentRunId": parent.info.run_id,
+                },
+            )
             for step in (5, 10):
                 for i, name in enumerate(TINY.names):
                     value = 30.0 + 10 * i + step + seed + (arm_id == "id1")

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from decisions_helpers import load_benchmark
 from scipy import stats
 
-from decisions_helpers import load_benchmark
 from tune_dfrl.rungs import RungRule
 from tune_dfrl.scores import dataflex_benchmarks
 
@@ -85,7 +85,11 @@ def test_paired_rungs_stop_a_hopeless_arm_at_the_first_rung(bench):
     rng = np.random.default_rng(0)
     scores = 50.0 + rng.normal(0.0, 0.1, (1, 3, 4, 3))
     scores[0, 2] -= 50.0
-    for keep in (bench.rung_rule_keep(RungRule()), bench.rung_rule_keep(RungRule(mode="race")), bench.wilcoxon_keep(0.1)):
+    for keep in (
+        bench.rung_rule_keep(RungRule()),
+        bench.rung_rule_keep(RungRule(mode="race")),
+        bench.wilcoxon_keep(0.1),
+    ):
         finished, spent = bench.run_paired_rungs(scores, np.array([[2, 1]]), keep, rungs=range(2))
         np.testing.assert_array_equal(finished, [[True, True, False]])
         assert spent.tolist() == [4 * 3 + 4 * 1 + 4 * 3]  # control, arm 2 stopped after milestone 1, arm 1
@@ -155,8 +159,15 @@ def test_script_ends_with_the_json_summary(bench, capsys):
     summary = json.loads(lines[-1])
     assert list(summary) == list(bench.METHODS)
     for values in summary.values():
-        assert set(values) == {"compute_frac", "best_kept", "false_winner", "null_correct", "picked_best",
-                               "worst_false_winner", "worst_compute_frac"}
+        assert set(values) == {
+            "compute_frac",
+            "best_kept",
+            "false_winner",
+            "null_correct",
+            "picked_best",
+            "worst_false_winner",
+            "worst_compute_frac",
+        }
     assert summary["grid"]["compute_frac"] == 1.0 and summary["fixed12"]["compute_frac"] == 1.0
     assert any(line.startswith("target ") and "for sequential vs fixed12" in line for line in lines)
     assert any(line.startswith("| one_winner | paired_asha |") for line in lines)

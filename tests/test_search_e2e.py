@@ -15,16 +15,22 @@ import numpy as np
 import optuna
 import pytest
 from mlflow import MlflowClient
-
 from search_helpers import search_cfg
+
 from tune_dfrl.backends import get_backend
 from tune_dfrl.search import OPTUNA_STUDY, SearchError, plan_search, run_search
 
 # The first benchmark of each domain (db needs all three domains).
 EVALUATED = list({info.domain: info.name for info in reversed(get_backend("embedded").benchmarks())}.values())
 # A small base model (built once into the test session's base-model cache, ~30 s), 4 GRPO steps, 3 benchmarks.
-TINY = ("steps=4", "milestone_every=2", "backend.prompts_per_step=8", "backend.lr=0.001", "backend.base.steps=200",
-        f"backend.eval_benchmarks=[{','.join(EVALUATED)}]")
+TINY = (
+    "steps=4",
+    "milestone_every=2",
+    "backend.prompts_per_step=8",
+    "backend.lr=0.001",
+    "backend.base.steps=200",
+    f"backend.eval_benchmarks=[{','.join(EVALUATED)}]",
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +42,16 @@ def cache(embedded_cache: Path) -> str:
 def searched(ray_session, cache: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """difffilter_band, 3 arms x 3 seeds; a near-zero-width rung interval and eta=100 so that arms do stop."""
     out = tmp_path_factory.mktemp("e2e") / "out"
-    cfg = search_cfg("space=difffilter_band", "seeds=3", "arms=3", *TINY, cache, "scheduler.eta=100",
-                     "scheduler.confidence=0.05", f"out={out}")
+    cfg = search_cfg(
+        "space=difffilter_band",
+        "seeds=3",
+        "arms=3",
+        *TINY,
+        cache,
+        "scheduler.eta=100",
+        "scheduler.confidence=0.05",
+        f"out={out}",
+    )
     run_search(plan_search(cfg))
     return out
 
@@ -86,9 +100,14 @@ def test_paired_scheduler_stopped_whole_arms_and_optuna_got_paired_deltas(search
     told = 0
     for arm in set(ends) - {control}:
         expected = mean_delta(arm, 4) if arm in finished else mean_delta(arm, 2)
-        matching = [t for t in study.trials
-                    if (t.value is not None and np.isclose(t.value, expected))
-                    or (t.state == optuna.trial.TrialState.PRUNED and np.isclose(t.intermediate_values.get(2, np.nan), expected))]
+        matching = [
+            t
+            for t in study.trials
+            if (t.value is not None and np.isclose(t.value, expected))
+            or (
+                t.state == optuna.trial.TrialState.PRUNED and np.isclose(t.intermediate_values.get(2, np.nan), expected)
+            )
+        ]
         assert matching, f"no Optuna trial holds the paired delta {expected} of arm {arm}"
         told += len(matching)
     assert told >= len(ends) - 1
@@ -134,15 +153,38 @@ def refuses(out: Path, *overrides: str, match: str) -> None:
 
 def test_bad_input_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    refuses(out, *TINY, "seeds=0", match=r"seeds=0: allowed: auto, a count >= 2 or a list of at least 2 distinct integers >= 0")
-    refuses(out, *TINY, "seeds=[1,1]", match=r"seeds=\[1, 1\]: allowed: auto, a count >= 2 or a list of at least 2 distinct")
+    refuses(
+        out,
+        *TINY,
+        "seeds=0",
+        match=r"seeds=0: allowed: auto, a count >= 2 or a list of at least 2 distinct integers >= 0",
+    )
+    refuses(
+        out, *TINY, "seeds=[1,1]", match=r"seeds=\[1, 1\]: allowed: auto, a count >= 2 or a list of at least 2 distinct"
+    )
     refuses(out, *TINY, "seeds=auto", "sequential.start=1", match=r"sequential.start=1: allowed: an integer >= 2")
-    refuses(out, *TINY, "seeds=auto", "sequential.max=3", match=r"sequential.max=3: allowed: an integer >= sequential.start=4")
+    refuses(
+        out,
+        *TINY,
+        "seeds=auto",
+        "sequential.max=3",
+        match=r"sequential.max=3: allowed: an integer >= sequential.start=4",
+    )
     refuses(out, *TINY, "arms=0", match="arms=0: allowed: an integer >= 1")
     refuses(out, "steps=3", "milestone_every=5", match=r"'steps' \(3\) is smaller than 'milestone_every' \(5\)")
-    refuses(out, *TINY, "space.methods.difffilter.search.low=[0.6,0.9]", "space.methods.difffilter.search.high=[0.1,0.5]",
-            match="impossible search range for difffilter")
-    refuses(out, *TINY, "scheduler.name=hyperband", match="scheduler.name='hyperband': allowed: one of paired_asha, race, asha, fifo")
+    refuses(
+        out,
+        *TINY,
+        "space.methods.difffilter.search.low=[0.6,0.9]",
+        "space.methods.difffilter.search.high=[0.1,0.5]",
+        match="impossible search range for difffilter",
+    )
+    refuses(
+        out,
+        *TINY,
+        "scheduler.name=hyperband",
+        match="scheduler.name='hyperband': allowed: one of paired_asha, race, asha, fifo",
+    )
     refuses(out, *TINY, "+backend.learning_rate=0.1", match=r"unknown embedded recipe key\(s\) \['learning_rate'\]")
 
 
@@ -155,10 +197,17 @@ def test_a_non_empty_output_directory_is_left_untouched(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("override", "message"),
-    [("space=difffilter", "Available options in 'space':\n\tall_mixers"), ("seeds=0", "error: seeds=0: allowed: auto, a count >= 2")],
+    [
+        ("space=difffilter", "Available options in 'space':\n\tall_mixers"),
+        ("seeds=0", "error: seeds=0: allowed: auto, a count >= 2"),
+    ],
 )
 def test_cli_errors_exit_non_zero_with_the_reason(tmp_path: Path, override: str, message: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "tune_dfrl.search", override, f"out={tmp_path / 'out'}"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "tune_dfrl.search", override, f"out={tmp_path / 'out'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode != 0 and message in done.stderr
     assert not (tmp_path / "out").exists()

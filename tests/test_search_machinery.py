@@ -11,9 +11,9 @@ from pathlib import Path
 import optuna
 import pytest
 import ray.cloudpickle
+import search_helpers
 from mlflow import MlflowClient
 
-import search_helpers
 from tune_dfrl import backends
 from tune_dfrl.search import OPTUNA_STUDY, SearchError, plan_search, run_search
 
@@ -35,9 +35,15 @@ def searched(ray_session, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("machinery") / "out"
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(backends.BACKENDS, "synthetic", search_helpers.build)
-        cfg = search_helpers.search_cfg("space=maxvar_keep", "space.methods.maxvar.search.f=[0.3,0.45]",
-                                        "backend.name=synthetic", "seeds=[2,5,9]", "arms=4", "searcher.max_duplicates=15",
-                                        f"out={out}")
+        cfg = search_helpers.search_cfg(
+            "space=maxvar_keep",
+            "space.methods.maxvar.search.f=[0.3,0.45]",
+            "backend.name=synthetic",
+            "seeds=[2,5,9]",
+            "arms=4",
+            "searcher.max_duplicates=15",
+            f"out={out}",
+        )
         run_search(plan_search(cfg))
     return out
 
@@ -114,8 +120,12 @@ def test_mlflow_holds_parents_children_and_summary_metrics(searched: Path) -> No
 
 def test_calibration_failure_refuses_before_any_trial(synthetic: None, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    cfg = search_helpers.search_cfg("space=topk_keep", "backend.name=synthetic", "+backend.calibration_ok=false", f"out={out}")
+    cfg = search_helpers.search_cfg(
+        "space=topk_keep", "backend.name=synthetic", "+backend.calibration_ok=false", f"out={out}"
+    )
     plan = plan_search(cfg)
-    with pytest.raises(SearchError, match="calibration smoke test failed; refusing to start the search:\n  units: reference"):
+    with pytest.raises(
+        SearchError, match="calibration smoke test failed; refusing to start the search:\n  units: reference"
+    ):
         run_search(plan)
     assert not out.exists()

@@ -15,12 +15,18 @@ CONTROL = {3: 40.0, 7: 50.0, 11: 60.0}  # control score at the final step 20, pe
 CONTROL_10 = {3: 30.0, 7: 35.0, 11: 40.0}
 
 
-def repeater(space: SearchSpace, n_arms: int, storage: optuna.storages.BaseStorage, max_duplicates: int = 50) -> PairedRepeater:
+def repeater(
+    space: SearchSpace, n_arms: int, storage: optuna.storages.BaseStorage, max_duplicates: int = 50
+) -> PairedRepeater:
     sampler = optuna.samplers.TPESampler(seed=0)
-    inner = OptunaSearch(space=space.sampler(), metric=INNER_METRIC, mode="max", sampler=sampler, storage=storage, study_name="s")
+    inner = OptunaSearch(
+        space=space.sampler(), metric=INNER_METRIC, mode="max", sampler=sampler, storage=storage, study_name="s"
+    )
     factory = ArmFactory(rollout_n=8, recipe_hash="r0")
     control = factory({"method": "baseline", "params": {}})
-    return PairedRepeater(inner, factory, control, SEEDS, n_arms, final_step=20, metric="score/db", max_duplicates=max_duplicates)
+    return PairedRepeater(
+        inner, factory, control, SEEDS, n_arms, final_step=20, metric="score/db", max_duplicates=max_duplicates
+    )
 
 
 def hand_out(r: PairedRepeater, count: int) -> list[tuple[str, dict]]:
@@ -49,7 +55,7 @@ def test_control_first_then_each_arm_on_the_same_explicit_seeds(topk: SearchSpac
     assert len(set(arms[3:6])) == 1 and len(set(arms[6:9])) == 1 and arms[3] != arms[6] != r.control.arm_id
     assert seeds == list(SEEDS) * 3
     assert r.suggest("t9") is None  # nothing left to hand out, but cells still run
-    for tid, cfg in handed:
+    for tid, _cfg in handed:
         finish(r, tid, {10: 1.0, 20: 2.0})
     assert r.suggest("t9") == Searcher.FINISHED
 

@@ -14,8 +14,11 @@ from tune_dfrl.scheduler import ArmDecision
 
 
 def trial(arm_id: str, label: str, seed: int, step: int, db: float) -> SimpleNamespace:
-    return SimpleNamespace(config={"arm": {"arm_id": arm_id, "label": label}, "seed": seed},
-                           last_result={"step": step, "final": step == 30, "score/db": db}, local_path="/tmp/t")
+    return SimpleNamespace(
+        config={"arm": {"arm_id": arm_id, "label": label}, "seed": seed},
+        last_result={"step": step, "final": step == 30, "score/db": db},
+        local_path="/tmp/t",
+    )
 
 
 def test_leader_by_paired_lower_bound_and_concise_lines() -> None:

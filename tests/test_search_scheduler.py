@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tune_dfrl.rungs import RungRule, decide
-from tune_dfrl.settings import SchedulerSettings, SearchSettings, from_mapping
 from tune_dfrl.scheduler import CONTINUE, STOP, WAIT, PairedScheduler, RungBook, make_scheduler
+from tune_dfrl.settings import SchedulerSettings, SearchSettings, from_mapping
 
 SEEDS = (0, 1, 2)
 CONTROL_AT_10 = {0: 40.0, 1: 50.0, 2: 60.0}
@@ -24,8 +24,13 @@ def feed(b: RungBook, arm: str, step: int, scores: dict[int, float]) -> list:
 
 
 def test_rungs_follow_the_rule_grace_fraction() -> None:
-    made = make_scheduler(SchedulerSettings("race", grace_fraction=0.5), metric="score/db", control="C", seeds=SEEDS,
-                          milestones=[40, 10, 30, 20])
+    made = make_scheduler(
+        SchedulerSettings("race", grace_fraction=0.5),
+        metric="score/db",
+        control="C",
+        seeds=SEEDS,
+        milestones=[40, 10, 30, 20],
+    )
     assert isinstance(made, PairedScheduler) and made.book.rungs == (20, 30)
 
 
@@ -102,8 +107,16 @@ def test_unknown_scheduler_lists_the_allowed_ones() -> None:
 def test_plain_asha_and_fifo_stay_selectable() -> None:
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
-    asha = make_scheduler(SchedulerSettings("asha", eta=2.0, grace_fraction=0.4), metric="score/db", control="C", seeds=SEEDS,
-                          milestones=[10, 20, 30, 40])
+    asha = make_scheduler(
+        SchedulerSettings("asha", eta=2.0, grace_fraction=0.4),
+        metric="score/db",
+        control="C",
+        seeds=SEEDS,
+        milestones=[10, 20, 30, 40],
+    )
     assert isinstance(asha, ASHAScheduler) and asha._time_attr == "step" and asha._max_t == 40
     assert [rung for rung, _ in asha._brackets[0]._rungs][-1] == 20  # first rung at the first milestone >= 0.4 * 40
-    assert type(make_scheduler(SchedulerSettings("fifo"), metric="score/db", control="C", seeds=SEEDS, milestones=[10])) is FIFOScheduler
+    assert (
+        type(make_scheduler(SchedulerSettings("fifo"), metric="score/db", control="C", seeds=SEEDS, milestones=[10]))
+        is FIFOScheduler
+    )

@@ -21,14 +21,21 @@ from pathlib import Path
 import optuna
 import pytest
 from mlflow import MlflowClient
-
 from reliability_helpers import TINY, records, search_command, short_tmp, start, stop, wait_for
 from search_helpers import search_cfg
+
 from tune_dfrl.search import OPTUNA_STUDY, plan_search, run_search
 from tune_dfrl.trial import cell_dir
 
-SEQUENTIAL = ("seeds=auto", "sequential.start=2", "sequential.batch=2", "sequential.max=4",
-              "sequential.futility_confidence=0.99", "sequential.futility_margin=0", *TINY)
+SEQUENTIAL = (
+    "seeds=auto",
+    "sequential.start=2",
+    "sequential.batch=2",
+    "sequential.max=4",
+    "sequential.futility_confidence=0.99",
+    "sequential.futility_margin=0",
+    *TINY,
+)
 
 
 def seeds_by_arm(lines: list[dict]) -> dict[str, set[int]]:
@@ -41,8 +48,14 @@ def seeds_by_arm(lines: list[dict]) -> dict[str, set[int]]:
 @pytest.fixture(scope="module")
 def searched(ray_session, embedded_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("sequential")
-    cfg = search_cfg("space=difffilter_band", "arms=2", *SEQUENTIAL, f"backend.cache_dir={embedded_cache}",
-                     f"control_cache={root / 'control-cache'}", f"out={root / 'out'}")
+    cfg = search_cfg(
+        "space=difffilter_band",
+        "arms=2",
+        *SEQUENTIAL,
+        f"backend.cache_dir={embedded_cache}",
+        f"control_cache={root / 'control-cache'}",
+        f"out={root / 'out'}",
+    )
     run_search(plan_search(cfg))
     return root / "out"
 
@@ -74,7 +87,7 @@ def test_optuna_was_told_once_per_arm_on_the_starting_seeds(searched: Path) -> N
     control = json.loads((searched / "search.json").read_text())["control"]["arm_id"]
     final = {(r["arm_id"], r["seed"]): r["aggregates"]["db"] for r in lines if r["final"]}
     completed = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    for arm, state in history["looks"][0]["states"].items():  # arms that ran their budget on the starting seeds
+    for arm, _state in history["looks"][0]["states"].items():  # arms that ran their budget on the starting seeds
         starting = (final[(arm, 0)] - final[(control, 0)] + final[(arm, 1)] - final[(control, 1)]) / 2
         assert any(t.value == pytest.approx(starting) for t in completed), arm
     assert len(study.trials) >= len(history["looks"][0]["states"]) + len(history["looks"][0]["out"])  # + duplicates
@@ -83,22 +96,35 @@ def test_optuna_was_told_once_per_arm_on_the_starting_seeds(searched: Path) -> N
 def test_report_and_mlflow_show_the_looks(searched: Path, tmp_path: Path) -> None:
     report = (searched / "report" / "report.md").read_text()
     assert "## Sequential seeds" in report and "| look | seeds | boundary z |" in report
-    again = subprocess.run([sys.executable, "-m", "tune_dfrl.report", f"runs={searched}", f"out={tmp_path}"],
-                           capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        [sys.executable, "-m", "tune_dfrl.report", f"runs={searched}", f"out={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0 and "## Sequential seeds" in (tmp_path / "report.md").read_text()  # re-rendered too
     summary = json.loads((searched / "summary.json").read_text())
     assert summary["sequential"]["looks"] == json.loads((searched / "sequential.json").read_text())["looks"]
     client = MlflowClient(f"sqlite:///{searched / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name(f"tune_dfrl/{searched.name}").experiment_id], max_results=500)
+    runs = client.search_runs(
+        [client.get_experiment_by_name(f"tune_dfrl/{searched.name}").experiment_id], max_results=500
+    )
     parents = {r.info.run_id: r.data.tags["arm_id"] for r in runs if r.data.tags["tune_dfrl.role"] == "arm"}
-    seed_runs = Counter((r.data.tags["arm_id"], int(r.data.tags["seed"]), parents[r.data.tags["mlflow.parentRunId"]])
-                        for r in runs if r.data.tags["tune_dfrl.role"] == "seed")
-    ran = {(arm, seed, arm) for arm, seeds in seeds_by_arm(records(searched / "results.jsonl")).items() for seed in seeds}
+    seed_runs = Counter(
+        (r.data.tags["arm_id"], int(r.data.tags["seed"]), parents[r.data.tags["mlflow.parentRunId"]])
+        for r in runs
+        if r.data.tags["tune_dfrl.role"] == "seed"
+    )
+    ran = {
+        (arm, seed, arm) for arm, seeds in seeds_by_arm(records(searched / "results.jsonl")).items() for seed in seeds
+    }
     assert set(seed_runs) == ran and set(seed_runs.values()) == {1}  # every new seed a child run of its arm's run
     search = next(r for r in runs if r.data.tags["tune_dfrl.role"] == "search")
     assert "sequential.json" in [a.path for a in client.list_artifacts(search.info.run_id)]
     looked = [r for r in runs if r.data.tags["tune_dfrl.role"] == "arm" and "look1" in r.data.tags]
-    assert looked and all(r.data.tags["look1"].split(" at ")[0] in ("open", "better", "worse", "futile") for r in looked)
+    assert looked and all(
+        r.data.tags["look1"].split(" at ")[0] in ("open", "better", "worse", "futile") for r in looked
+    )
 
 
 # ------------------------------------------------------------------------------ killed after a look, resumed
@@ -108,8 +134,16 @@ def test_report_and_mlflow_show_the_looks(searched: Path, tmp_path: Path) -> Non
 def resumed(embedded_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("sequential-resume")
     out, ray_tmp = root / "out", short_tmp("rt-seq-")
-    command = search_command("space=difffilter_band", "arms=1", *SEQUENTIAL, "scheduler.name=fifo",
-                             f"backend.cache_dir={embedded_cache}", f"out={out}", "control_cache=null", "ray.num_cpus=2")
+    command = search_command(
+        "space=difffilter_band",
+        "arms=1",
+        *SEQUENTIAL,
+        "scheduler.name=fifo",
+        f"backend.cache_dir={embedded_cache}",
+        f"out={out}",
+        "control_cache=null",
+        "ray.num_cpus=2",
+    )
     env = {"RAY_TMPDIR": str(ray_tmp)}
     driver = start(command, cwd=root, env=env, log=root / "interrupted.log")
     try:
@@ -122,9 +156,18 @@ def resumed(embedded_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> t
     lines = records(out / "results.jsonl")
     with open(out / "state" / "searcher.pkl", "rb") as f:
         looks = len(pickle.load(f)["state"]["batches"].looks)
-    before = {"lines": lines, "finished": {(r["arm_id"], r["seed"]) for r in lines if r["final"]}, "looks": looks,
-              "stamps": {(r["arm_id"], r["seed"]): (cell_dir(out / "cells", r["arm_id"], r["seed"]) / "checkpoint" / "trial.pt")
-                         .stat().st_mtime_ns for r in lines if r["final"]}}
+    before = {
+        "lines": lines,
+        "finished": {(r["arm_id"], r["seed"]) for r in lines if r["final"]},
+        "looks": looks,
+        "stamps": {
+            (r["arm_id"], r["seed"]): (cell_dir(out / "cells", r["arm_id"], r["seed"]) / "checkpoint" / "trial.pt")
+            .stat()
+            .st_mtime_ns
+            for r in lines
+            if r["final"]
+        },
+    }
     resume = start([*command, "resume=true"], cwd=root, env=env, log=root / "resumed.log")
     try:
         resume.wait(timeout=900)
@@ -139,11 +182,13 @@ def test_a_killed_sequential_search_resumes_with_its_looks_and_trains_no_cell_tw
     out, before = resumed
     assert before["looks"] == 1 and len(before["finished"]) < 8  # killed after the first look, before the end
     after = records(out / "results.jsonl")
-    assert after[:len(before["lines"])] == before["lines"]
+    assert after[: len(before["lines"])] == before["lines"]
     assert set(Counter((r["arm_id"], r["seed"], r["step"]) for r in after).values()) == {1}  # each milestone once
     for arm, seed in before["finished"]:
         assert not [r for r in after if (r["arm_id"], r["seed"]) == (arm, seed) and r["attempt"] > 0]
-        assert (cell_dir(out / "cells", arm, seed) / "checkpoint" / "trial.pt").stat().st_mtime_ns == before["stamps"][(arm, seed)]
+        assert (cell_dir(out / "cells", arm, seed) / "checkpoint" / "trial.pt").stat().st_mtime_ns == before["stamps"][
+            (arm, seed)
+        ]
     history = json.loads((out / "sequential.json").read_text())
     assert [k["number"] for k in history["looks"]] == [1, 2] and history["finished"]
     ran = seeds_by_arm(after)

@@ -7,13 +7,24 @@ import pytest
 import yaml
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
+from tune_dfrl.policies import Context, canonical_arm
 
 from tune_dfrl.pairing import INNER_METRIC, PairedRepeater
-from tune_dfrl.policies import Context, canonical_arm
 from tune_dfrl.spaces import ArmFactory, SearchSpace, arm_label, available_spaces, space_file_text
 
-SEARCHABLE = ["difffilter_band", "topk_keep", "gfpo_k", "maxvar_keep", "softmax_temperature", "diffband", "ar_alpha",
-              "per_alpha", "reward_gap_temperature", "dump_ucb_c", "tscl_temperature"]
+SEARCHABLE = [
+    "difffilter_band",
+    "topk_keep",
+    "gfpo_k",
+    "maxvar_keep",
+    "softmax_temperature",
+    "diffband",
+    "ar_alpha",
+    "per_alpha",
+    "reward_gap_temperature",
+    "dump_ucb_c",
+    "tscl_temperature",
+]
 
 
 def sample(space: SearchSpace, count: int, seed: int = 0) -> list[dict]:
@@ -67,7 +78,9 @@ def test_arm_id_depends_on_canonical_form_and_recipe() -> None:
 
 
 def test_a_fixed_partner_narrows_the_searched_range() -> None:
-    space = SearchSpace.from_mapping(declared(difffilter={"search": {"high": None}, "fixed": {"low": 0.5}}), rollout_n=5)
+    space = SearchSpace.from_mapping(
+        declared(difffilter={"search": {"high": None}, "fixed": {"low": 0.5}}), rollout_n=5
+    )
     low, high = space.methods[0].ranges["high"]
     assert 0.5 < low < 0.5 + 1e-12 and high == 1.0
 
@@ -77,7 +90,9 @@ def test_a_suggestion_acting_as_the_control_gets_the_control_id() -> None:
     groups whose advantages are all 0: it is uniform GRPO, and gets the baseline control's id and form."""
     binary = ArmFactory(5, "r0", binary_rewards=True)
     control = binary({"method": "baseline", "params": {}})
-    same = binary({"method": "difffilter", "params": {"low": 0.1, "high": 0.9, "inclusive": True, "denominator": "all"}})
+    same = binary(
+        {"method": "difffilter", "params": {"low": 0.1, "high": 0.9, "inclusive": True, "denominator": "all"}}
+    )
     assert same == control and (same.method, same.params, same.label) == ("baseline", {}, "baseline")
     assert binary({"method": "maxvar", "params": {"f": 1.0, "recompute_advantages": True}}) == control
     partial = ArmFactory(5, "r0")({"method": "difffilter", "params": {"low": 0.1, "high": 0.9, "inclusive": True}})
@@ -86,14 +101,29 @@ def test_a_suggestion_acting_as_the_control_gets_the_control_id() -> None:
 
 def test_the_searcher_trains_no_arm_that_is_the_control_and_tells_optuna_zero() -> None:
     """A space where every suggestion keeps levels 1..4 of 5: no arm besides the control is ever trained."""
-    space = SearchSpace.from_mapping(declared(difffilter={"search": {"low": [0.0, 0.19], "high": [0.81, 1.0]},
-                                                          "fixed": {"inclusive": True, "denominator": "all"}}), rollout_n=5)
+    space = SearchSpace.from_mapping(
+        declared(
+            difffilter={
+                "search": {"low": [0.0, 0.19], "high": [0.81, 1.0]},
+                "fixed": {"inclusive": True, "denominator": "all"},
+            }
+        ),
+        rollout_n=5,
+    )
     storage = optuna.storages.InMemoryStorage()
-    inner = OptunaSearch(space=space.sampler(), metric=INNER_METRIC, mode="max",
-                         sampler=optuna.samplers.RandomSampler(seed=0), storage=storage, study_name="s")
+    inner = OptunaSearch(
+        space=space.sampler(),
+        metric=INNER_METRIC,
+        mode="max",
+        sampler=optuna.samplers.RandomSampler(seed=0),
+        storage=storage,
+        study_name="s",
+    )
     factory = ArmFactory(5, "r0", binary_rewards=True)
     control = factory({"method": "baseline", "params": {}})
-    searcher = PairedRepeater(inner, factory, control, (0, 1), n_arms=3, final_step=4, metric="score/db", max_duplicates=5)
+    searcher = PairedRepeater(
+        inner, factory, control, (0, 1), n_arms=3, final_step=4, metric="score/db", max_duplicates=5
+    )
     handed = [(f"t{i}", searcher.suggest(f"t{i}")) for i in range(2)]
     assert [cfg["arm"]["arm_id"] for _, cfg in handed] == [control.arm_id] * 2
     assert searcher.suggest("t2") is None and list(searcher.arms) == [control.arm_id]  # 5 duplicates: exhausted
@@ -112,17 +142,32 @@ def declared(**methods) -> dict:
 @pytest.mark.parametrize(
     ("space", "message"),
     [
-        (declared(difffilter={"search": {"low": [0.6, 0.9], "high": [0.1, 0.5]}}), "impossible search range for difffilter"),
-        (declared(difffilter={"search": {"high": [0.1, 0.3]}, "fixed": {"low": 0.5}}), "high in [0.1, 0.3] cannot exceed fixed low=0.5"),
+        (
+            declared(difffilter={"search": {"low": [0.6, 0.9], "high": [0.1, 0.5]}}),
+            "impossible search range for difffilter",
+        ),
+        (
+            declared(difffilter={"search": {"high": [0.1, 0.3]}, "fixed": {"low": 0.5}}),
+            "high in [0.1, 0.3] cannot exceed fixed low=0.5",
+        ),
         (declared(topk={"search": {"f": [0.0, 1.5]}}), "search range for 'f' of topk"),
-        (declared(topk={"search": {"fraction": None}}), "cannot search parameter 'fraction' of topk; searchable: f, scope, denominator"),
+        (
+            declared(topk={"search": {"fraction": None}}),
+            "cannot search parameter 'fraction' of topk; searchable: f, scope, denominator",
+        ),
         (declared(topk={"search": {"f": None}, "fixed": {"f": 0.3}}), "'f' is both searched and fixed"),
         (declared(topk={"search": {"f": None}, "fixed": {"scop": "batch"}}), "unknown parameter 'scop' for topk"),
-        (declared(topk={"search": {"f": None}, "actuator": "softmax"}), "declares actuator 'softmax' but topk uses 'topk_fraction'"),
+        (
+            declared(topk={"search": {"f": None}, "actuator": "softmax"}),
+            "declares actuator 'softmax' but topk uses 'topk_fraction'",
+        ),
         (declared(softmax={"search": {"temperature": None}}), "a reweighter does not belong in a selection space"),
         (declared(topk={"fixed": {"f": 0.3}}), "searches no parameter"),
         (declared(), "declares no methods"),
-        ({**declared(topk={"search": {"f": None}}), "mechanism": "pruning"}, "mechanism 'pruning' is not allowed; allowed: selection, reweighting, mixture"),
+        (
+            {**declared(topk={"search": {"f": None}}), "mechanism": "pruning"},
+            "mechanism 'pruning' is not allowed; allowed: selection, reweighting, mixture",
+        ),
         ({**declared(topk={"search": {"f": None}}), "seeds": 3}, "unknown key 'seeds'; allowed: name, description"),
     ],
 )

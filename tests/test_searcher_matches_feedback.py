@@ -49,7 +49,11 @@ def cell_script(rng: np.random.Generator, fate: str, seed: int) -> list[tuple]:
         return [("result", 10, scores[10]), ("end", True, None)]
     if fate.startswith("stop"):  # stopped at step 20; the stopping result may come only with the end
         reported = [("result", step, scores[step]) for step in (10, 20)]
-        return reported[:-1] + [("end", False, (20, scores[20]))] if fate == "stop_late" else reported + [("end", False, None)]
+        return (
+            reported[:-1] + [("end", False, (20, scores[20]))]
+            if fate == "stop_late"
+            else reported + [("end", False, None)]
+        )
     return [("result", step, scores[step]) for step in STEPS] + [("end", False, None)]
 
 
@@ -68,8 +72,14 @@ def test_the_searcher_tells_optuna_what_the_pure_rule_decides(campaign: int) -> 
     rng = np.random.default_rng(campaign)
     space = SearchSpace.load("topk_keep", rollout_n=8)
     storage = optuna.storages.InMemoryStorage()
-    inner_search = RecordingSearch(space=space.sampler(), metric=INNER_METRIC, mode="max",
-                                   sampler=optuna.samplers.TPESampler(seed=campaign), storage=storage, study_name="s")
+    inner_search = RecordingSearch(
+        space=space.sampler(),
+        metric=INNER_METRIC,
+        mode="max",
+        sampler=optuna.samplers.TPESampler(seed=campaign),
+        storage=storage,
+        study_name="s",
+    )
     factory = ArmFactory(rollout_n=8, recipe_hash="r0")
     control = factory({"method": "baseline", "params": {}})
     searcher = PairedRepeater(inner_search, factory, control, SEEDS, n_arms=3, final_step=max(STEPS), metric=METRIC)

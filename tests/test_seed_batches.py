@@ -42,9 +42,14 @@ def test_open_arms_and_the_control_get_the_same_next_seeds_until_settled() -> No
         seen = batches.look(ledger, searched, FINAL)
         assert seen.number == len(batches.looks) and seen.seeds == rule.looks()[seen.number - 1]
         assert seen.out == {"stopped": OUT_STOPPED, "failed": OUT_FAILED}
-        running = {arm: [ledger.paired_deltas(arm, FINAL)[s] for s in handed_before[arm]]
-                   for arm in ["good", "null", "bad"] if arm not in previous or previous[arm].status == "open"}
-        assert seen.states == look(running, previous, rule, len(searched), seen.number)  # the pure rule, on the ledger's deltas
+        running = {
+            arm: [ledger.paired_deltas(arm, FINAL)[s] for s in handed_before[arm]]
+            for arm in ["good", "null", "bad"]
+            if arm not in previous or previous[arm].status == "open"
+        }
+        assert seen.states == look(
+            running, previous, rule, len(searched), seen.number
+        )  # the pure rule, on the ledger's deltas
         arms_alpha = rule.alpha / len(searched)
         fractions = tuple(n / rule.max for n in rule.looks())
         assert seen.boundary == boundaries(fractions, arms_alpha)[seen.number - 1]

@@ -58,11 +58,13 @@ def test_rule_looks_and_validation():
     assert SequentialRule(start=4, batch=5, max=16).looks() == (4, 9, 14, 16)
     assert SequentialRule(start=6, batch=3, max=6).looks() == (6,)
     assert SequentialRule(start=2, batch=2, max=4).looks() == (2, 4)
-    for bad, message in (({"start": 1}, "sequential.start=1: allowed: an integer >= 2"),
-                         ({"start": 4, "max": 3}, "sequential.max=3: allowed: an integer >= sequential.start=4"),
-                         ({"batch": 0}, "sequential.batch=0: allowed: an integer >= 1"),
-                         ({"alpha": 0.7}, r"report.alpha=0.7: allowed: a number in \(0, 0.5\)"),
-                         ({"futility_margin": float("nan")}, "sequential.futility_margin=nan")):
+    for bad, message in (
+        ({"start": 1}, "sequential.start=1: allowed: an integer >= 2"),
+        ({"start": 4, "max": 3}, "sequential.max=3: allowed: an integer >= sequential.start=4"),
+        ({"batch": 0}, "sequential.batch=0: allowed: an integer >= 1"),
+        ({"alpha": 0.7}, r"report.alpha=0.7: allowed: a number in \(0, 0.5\)"),
+        ({"futility_margin": float("nan")}, "sequential.futility_margin=nan"),
+    ):
         with pytest.raises(ValueError, match=message):
             SequentialRule(**bad)
 
@@ -119,7 +121,9 @@ def test_futility_and_the_last_look():
     assert not is_settled(states)
     later = look({"h": hopeless, "p": promising}, states, rule, family_size=2, current=2)
     assert later["h"] == states["h"]  # futile arms get no more seeds and keep their state
-    assert look({"p": [0.0, 1.0, -1.0, 0.5] * 4}, {}, rule, family_size=1, current=4)["p"].status == "open"  # no futility at the end
+    assert (
+        look({"p": [0.0, 1.0, -1.0, 0.5] * 4}, {}, rule, family_size=1, current=4)["p"].status == "open"
+    )  # no futility at the end
 
 
 def test_out_of_the_running_behind_a_settled_winner():
@@ -149,7 +153,12 @@ def test_recommendation_compares_bounds_at_one_level_and_ties_go_by_name():
         "c": ArmState("worse", 8, 2, -3.0, -4.0, -2.0),
     }
     assert recommendation(states, "control") == "a"
-    assert recommendation({"y": ArmState("better", 8, 2, 1.0, 0.5, 1.5), "x": ArmState("better", 8, 2, 1.0, 0.5, 1.5)}, "control") == "x"
+    assert (
+        recommendation(
+            {"y": ArmState("better", 8, 2, 1.0, 0.5, 1.5), "x": ArmState("better", 8, 2, 1.0, 0.5, 1.5)}, "control"
+        )
+        == "x"
+    )
     assert recommendation({"c": states["c"]}, "control") == "control"
 
 

@@ -39,7 +39,11 @@ def test_t_interval_hand_computed():
     half = T975_DF2 / np.sqrt(3)
     assert (v.n, v.delta, v.sd) == (3, pytest.approx(2.0), pytest.approx(1.0))
     assert (v.t_low, v.t_high) == (pytest.approx(2 - half), pytest.approx(2 + half))
-    assert (v.ci_low, v.ci_high, v.level) == (pytest.approx(2 - half), pytest.approx(2 + half), pytest.approx(0.95))  # one arm: no adjustment
+    assert (v.ci_low, v.ci_high, v.level) == (
+        pytest.approx(2 - half),
+        pytest.approx(2 + half),
+        pytest.approx(0.95),
+    )  # one arm: no adjustment
 
 
 def test_t_interval_and_p_match_scipy_ttest_rel():
@@ -111,7 +115,9 @@ def test_zero_spread_is_judged_by_the_exact_sign_flip_test():
     assert three.verdict == "inconclusive" and (three.ci_low, three.ci_high) == (-np.inf, np.inf)
     assert one([0.0, 0.0, 0.0]).verdict == "inconclusive"  # 2^-3 = 0.125 > alpha: TOST cannot show equivalence
     five = paired_verdicts(**same_shift(5, 0.0))["arm"]
-    assert five.verdict == "equivalent" and five.p == 1.0 and five.tost_p == 2.0**-5 and five.eq_low == five.eq_high == 0.0
+    assert (
+        five.verdict == "equivalent" and five.p == 1.0 and five.tost_p == 2.0**-5 and five.eq_low == five.eq_high == 0.0
+    )
     six = paired_verdicts(**same_shift(6, 0.3))["arm"]
     assert six.verdict == "better" and six.p == 2.0**-5 and six.ci_low == six.ci_high == pytest.approx(0.3)
     assert paired_verdicts(**same_shift(6, -2.0))["arm"].verdict == "worse"
@@ -179,7 +185,10 @@ def test_bca_matches_scipy_and_covers_the_mean():
     v = paired_verdicts(control, {"a": arm}, bootstrap=True, rng=np.random.default_rng(7))["a"]
     ref = stats.bootstrap((arm - control,), np.mean, method="BCa", n_resamples=9999, rng=np.random.default_rng(7))
     # the permutation test draws from the same generator afterwards, so the bootstrap is first and identical
-    assert (v.bca_low, v.bca_high) == (pytest.approx(ref.confidence_interval.low), pytest.approx(ref.confidence_interval.high))
+    assert (v.bca_low, v.bca_high) == (
+        pytest.approx(ref.confidence_interval.low),
+        pytest.approx(ref.confidence_interval.high),
+    )
     assert v.bca_low < v.delta < v.bca_high
     assert v.bca_high - v.bca_low == pytest.approx(v.t_high - v.t_low, rel=0.35)
 
@@ -265,7 +274,9 @@ def test_recommend_highest_lower_bound_never_point_best():
     nothing = recommend({"lucky": verdicts["lucky"]}, "ctl", margin=1.0, seeds_to_detect=60, seeds_for_equivalence=40)
     assert (nothing["recommended"], nothing["is_control"], nothing["seeds_for_equivalence"]) == ("ctl", True, 40)
     assert "about 40 paired seeds per arm would show equivalence within ±1 with 80% power (TOST" in nothing["reason"]
-    assert "about 60 would detect a true Δ of +1 with 80% power (paired t-test at α/m = 0.0167)" in nothing["reason"]  # m = 3
+    assert (
+        "about 60 would detect a true Δ of +1 with 80% power (paired t-test at α/m = 0.0167)" in nothing["reason"]
+    )  # m = 3
 
 
 def standardized(n: int, shift: int = 0) -> np.ndarray:
@@ -278,8 +289,9 @@ def test_selection_compares_lower_bounds_at_one_common_level():
     """The audit's case: A (Δ 2.0, p 3.5e-5) is tested first by Holm at 97.5%, B (Δ 2.3, p 3.4e-4) second at 95%.
     B's 95% bound (1.31) beats A's 97.5% bound (1.22), yet A's bound is higher at either common level."""
     control = np.linspace(45.0, 55.0, 12)
-    verdicts = paired_verdicts(control, {"A": control + 2.0 + 1.038 * standardized(12),
-                                         "B": control + 2.3 + 1.560 * standardized(12, 5)})
+    verdicts = paired_verdicts(
+        control, {"A": control + 2.0 + 1.038 * standardized(12), "B": control + 2.3 + 1.560 * standardized(12, 5)}
+    )
     a, b = verdicts["A"], verdicts["B"]
     assert (a.p, b.p) == (pytest.approx(3.5e-5, rel=0.02), pytest.approx(3.4e-4, rel=0.02))
     assert (a.level, b.level) == (pytest.approx(0.975), pytest.approx(0.95)) and a.verdict == b.verdict == "better"

@@ -36,8 +36,13 @@ def simulate_db(rng: np.random.Generator, sims: int, seeds: int, effects: np.nda
     """db scores [sims, 1 + ARMS, seeds] (row 0 the control) under the model of the module docstring."""
     shape = (sims, 1 + ARMS, seeds, len(BENCH.names))
     mu = np.linspace(20, 80, shape[-1])
-    y = (mu + rng.normal(0, SEED_SD, (sims, 1, seeds, 1)) + rng.normal(0, RUN_SD, shape[:3] + (1,))
-         + rng.normal(0, CELL_SD, shape) + np.concatenate([[0.0], effects])[None, :, None, None])
+    y = (
+        mu
+        + rng.normal(0, SEED_SD, (sims, 1, seeds, 1))
+        + rng.normal(0, RUN_SD, shape[:3] + (1,))
+        + rng.normal(0, CELL_SD, shape)
+        + np.concatenate([[0.0], effects])[None, :, None, None]
+    )
     return aggregate(y, "db", BENCH)
 
 
@@ -56,9 +61,11 @@ def test_null_coverage_and_familywise_false_better():
         any_better.append(any(v.verdict == "better" for v in verdicts.values()))
         any_credible.append(any(v.verdict in ("better", "worse") for v in verdicts.values()))
     coverage, familywise, two_sided = np.mean(covered), np.mean(any_better), np.mean(any_credible)
-    print(f"null, 6 seeds: 95% paired t-interval covers 0 in {coverage:.2%} of {len(covered)} comparisons; "
-          f"any false 'better' among {ARMS} arms (Holm) in {familywise:.2%} of {len(any_better)} searches "
-          f"(any 'better' or 'worse': {two_sided:.2%})")
+    print(
+        f"null, 6 seeds: 95% paired t-interval covers 0 in {coverage:.2%} of {len(covered)} comparisons; "
+        f"any false 'better' among {ARMS} arms (Holm) in {familywise:.2%} of {len(any_better)} searches "
+        f"(any 'better' or 'worse': {two_sided:.2%})"
+    )
     assert len(covered) >= 2000
     assert 0.93 <= coverage <= 0.97
     assert familywise <= 0.05
@@ -75,8 +82,10 @@ def test_power_at_one_and_a_half_paired_sd_with_twelve_seeds():
         found.append(verdicts["arm1"].verdict == "better")
         false_better.append(any(v.verdict == "better" for name, v in verdicts.items() if name != "arm1"))
     power, familywise = np.mean(found), np.mean(false_better)
-    print(f"true effect 1.5 paired sd ({effects[0]:.2f} points) at 12 seeds, {ARMS} arms with Holm: "
-          f"'better' found in {power:.1%} of {len(found)} simulations; a null arm called better in {familywise:.2%}")
+    print(
+        f"true effect 1.5 paired sd ({effects[0]:.2f} points) at 12 seeds, {ARMS} arms with Holm: "
+        f"'better' found in {power:.1%} of {len(found)} simulations; a null arm called better in {familywise:.2%}"
+    )
     assert power > 0.8
     assert familywise <= 0.05
 
@@ -92,10 +101,13 @@ def test_bca_coverage_at_few_seeds_matches_the_reported_figures():
             d = rng.normal(0.0, 1.0, (chunk, seeds))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                ci = stats.bootstrap((d,), np.mean, axis=-1, vectorized=True, method="BCa", n_resamples=9999,
-                                     rng=rng).confidence_interval
+                ci = stats.bootstrap(
+                    (d,), np.mean, axis=-1, vectorized=True, method="BCa", n_resamples=9999, rng=rng
+                ).confidence_interval
             covered.append((ci.low <= 0) & (0 <= ci.high))
         coverage = np.concatenate(covered).mean()
-        print(f"nominal 95% BCa at {seeds} seeds covers the true mean in {coverage:.1%} of {sims} simulations (reported {reported:.0%})")
+        print(
+            f"nominal 95% BCa at {seeds} seeds covers the true mean in {coverage:.1%} of {sims} simulations (reported {reported:.0%})"
+        )
         assert coverage == pytest.approx(reported, abs=0.025)
     assert BCA_COVERAGE_95[3] < 0.8 < 0.9 < BCA_COVERAGE_95[12] < 0.95

@@ -9,8 +9,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from tune_dfrl.backend import ArmSpec
 from tune_dfrl.trainers.verl import checks
 from tune_dfrl.trainers.verl.backend import VerlBackend
 from tune_dfrl.trainers.verl.export import export_tasks
@@ -18,10 +16,13 @@ from tune_dfrl.trainers.verl.recipe import VerlRecipe, default_recipe
 from tune_dfrl.trainers.verl.reward import compute_score
 from verl_stand_in import write_model
 
+from tune_dfrl.backend import ArmSpec
+
 BASELINE = ArmSpec("baseline", {}, "base", "baseline")
 MIXER = ArmSpec("dump_ucb", {"c": 1.0}, "ucb", "dump_ucb")
-GSM8K = [{"data_source": "openai/gsm8k", "name": "gsm8k", "domain": "math", "items": 3,
-          "reference_format": "#### {answer}"}]
+GSM8K = [
+    {"data_source": "openai/gsm8k", "name": "gsm8k", "domain": "math", "items": 3, "reference_format": "#### {answer}"}
+]
 
 
 @pytest.fixture(scope="module")
@@ -33,18 +34,40 @@ def files(tmp_path_factory) -> dict[str, Path]:
     no_template = write_model(root / "no_template")
     (no_template / "chat_template.jinja").unlink()
     train, val = export_tasks(root / "generated", per_domain=4)
-    rows = [{"prompt": [{"role": "user", "content": f"q{i}"}], "data_source": "openai/gsm8k",
-             "reward_model": {"style": "rule", "ground_truth": str(40 + i)}} for i in range(3)]
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": f"q{i}"}],
+            "data_source": "openai/gsm8k",
+            "reward_model": {"style": "rule", "ground_truth": str(40 + i)},
+        }
+        for i in range(3)
+    ]
     pq.write_table(pa.Table.from_pylist(rows), root / "gsm8k.parquet")
-    pq.write_table(pa.Table.from_pylist([{k: v for k, v in r.items() if k != "reward_model"} for r in rows]),
-                   root / "no_reward.parquet")
-    return {"model": model, "no_tokenizer": root / "no_tokenizer", "no_template": no_template, "train": train, "val": val, "gsm8k": root / "gsm8k.parquet",
-            "no_reward": root / "no_reward.parquet", "missing": root / "missing.parquet"}
+    pq.write_table(
+        pa.Table.from_pylist([{k: v for k, v in r.items() if k != "reward_model"} for r in rows]),
+        root / "no_reward.parquet",
+    )
+    return {
+        "model": model,
+        "no_tokenizer": root / "no_tokenizer",
+        "no_template": no_template,
+        "train": train,
+        "val": val,
+        "gsm8k": root / "gsm8k.parquet",
+        "no_reward": root / "no_reward.parquet",
+        "missing": root / "missing.parquet",
+    }
 
 
 def recipe(files, **changes) -> dict:
-    base = dict(model_path=str(files["model"]), train_files=[str(files["train"])], val_files=[str(files["val"])],
-                gpus_per_trial=1, rollout_n=4, train_batch_size=8)
+    base = dict(
+        model_path=str(files["model"]),
+        train_files=[str(files["train"])],
+        val_files=[str(files["val"])],
+        gpus_per_trial=1,
+        rollout_n=4,
+        train_batch_size=8,
+    )
     return default_recipe(**{**base, **changes})
 
 
@@ -55,7 +78,9 @@ def check(arm: ArmSpec, recipe: dict) -> None:
 def test_a_good_recipe_passes_every_check_but_the_missing_rollout_engine(files):
     check(MIXER, recipe(files))  # files, columns, benchmarks, arm, composed config through verl's validate_config
     if importlib.util.find_spec("vllm") is None:
-        with pytest.raises(ValueError, match=r"vllm rollout is not installed\. On a GPU machine install verl\[vllm\]==0\.9\.1"):
+        with pytest.raises(
+            ValueError, match=r"vllm rollout is not installed\. On a GPU machine install verl\[vllm\]==0\.9\.1"
+        ):
             VerlBackend(recipe(files)).validate(MIXER)
 
 
@@ -67,15 +92,25 @@ def test_a_good_recipe_passes_every_check_but_the_missing_rollout_engine(files):
         (BASELINE, {"val_files": ["NO_REWARD"]}, r"lacks the verl column\(s\) \['reward_model'\]"),
         (MIXER, {"train_files": ["GSM8K"]}, "mixer arms need the domain column 'domain'"),
         (MIXER, {"domain_column": "topic"}, "mixer arms need the domain column 'topic'"),
-        (BASELINE, {"val_files": ["GSM8K"]}, r"validation data_source\(s\) \['openai/gsm8k'\] have no benchmark mapping"),
-        (BASELINE, {"val_files": ["GSM8K"], "benchmarks": [{**GSM8K[0], "items": 5}]},
-         "benchmark item counts differ from the validation rows: openai/gsm8k: items=5, rows=3"),
+        (
+            BASELINE,
+            {"val_files": ["GSM8K"]},
+            r"validation data_source\(s\) \['openai/gsm8k'\] have no benchmark mapping",
+        ),
+        (
+            BASELINE,
+            {"val_files": ["GSM8K"], "benchmarks": [{**GSM8K[0], "items": 5}]},
+            "benchmark item counts differ from the validation rows: openai/gsm8k: items=5, rows=3",
+        ),
         (BASELINE, {"gpus_per_trial": 0}, "gpus_per_trial must be >= 1"),
         (BASELINE, {"model_path": "NO_TOKENIZER"}, r"model_path .*no_tokenizer has no usable tokenizer"),
         (BASELINE, {"model_path": "NO_TEMPLATE"}, r"model_path .*no_template: its tokenizer has no chat template"),
         (ArmSpec("softmax", {"temprature": 2.0}, "x", "x"), {}, "unknown parameter 'temprature'"),
-        (BASELINE, {"overrides": ["actor_rollout_ref.actor.use_dynamic_bsz=false"]},
-         "(?s)verl rejects the recipe's configuration: .*ppo_micro_batch_size"),
+        (
+            BASELINE,
+            {"overrides": ["actor_rollout_ref.actor.use_dynamic_bsz=false"]},
+            "(?s)verl rejects the recipe's configuration: .*ppo_micro_batch_size",
+        ),
         (BASELINE, {"overrides": ["trainer.no_such_key=1"]}, "verl rejects the recipe's configuration"),
     ],
 )
@@ -83,8 +118,10 @@ def test_bad_input_is_a_clear_error(files, arm, changes, message):
     def named(value: str) -> str:
         return str(files[value.lower()]) if value.isupper() else value
 
-    changes = {k: [named(f) for f in v] if k.endswith("_files") else named(v) if k == "model_path" else v
-               for k, v in changes.items()}
+    changes = {
+        k: [named(f) for f in v] if k.endswith("_files") else named(v) if k == "model_path" else v
+        for k, v in changes.items()
+    }
     with pytest.raises(ValueError, match=message):
         check(arm, recipe(files, **changes))
 
@@ -97,7 +134,9 @@ def test_missing_verl_or_verl_core_is_named(files, monkeypatch):
     with pytest.raises(ValueError, match=r"'verl-core' extra is not installed \(missing modules: transfer_queue\)"):
         check(BASELINE, recipe(files))
     hidden.add("verl")
-    with pytest.raises(ValueError, match=r"needs verl 0\.9\.1, which is not installed: pip install 'verl\[verl-core\]==0\.9\.1'"):
+    with pytest.raises(
+        ValueError, match=r"needs verl 0\.9\.1, which is not installed: pip install 'verl\[verl-core\]==0\.9\.1'"
+    ):
         check(BASELINE, recipe(files))
 
 
@@ -126,8 +165,10 @@ def test_calibration_skips_a_benchmark_without_reference_format(files, caplog):
 def test_calibration_uses_the_reward_function_the_overrides_name(files, tmp_path):
     """A user's own verl reward function (float result: verl's core variable is the score itself)."""
     scorer = tmp_path / "my_reward.py"
-    scorer.write_text("def score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                      "    return float(solution_str == 'ANSWER ' + ground_truth)\n")
+    scorer.write_text(
+        "def score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return float(solution_str == 'ANSWER ' + ground_truth)\n"
+    )
     bench = [{**GSM8K[0], "reference_format": "ANSWER {answer}"}]
     custom = [f"reward.custom_reward_function.path={scorer}", "reward.custom_reward_function.name=score"]
     user = recipe(files, val_files=[str(files["gsm8k"])], benchmarks=bench, overrides=custom)
@@ -139,7 +180,11 @@ def test_reward_on_generated_rows_uses_the_embedded_verifier(files):
     row = pq.read_table(files["val"]).slice(0, 1).to_pylist()[0]  # math_sum3: "a+b+c=" with its answer
     truth, extra = row["reward_model"]["ground_truth"], row["extra_info"]
     assert compute_score(row["data_source"], f" {truth}\n", truth, extra) == {
-        "score": 1.0, "acc": 1.0, "length_chars": float(len(truth) + 2), "format_fail": 0.0}
+        "score": 1.0,
+        "acc": 1.0,
+        "length_chars": float(len(truth) + 2),
+        "format_fail": 0.0,
+    }
     assert compute_score(row["data_source"], "forty", truth, extra)["format_fail"] == 1.0
     assert compute_score("openai/gsm8k", "#### 41", "42")["acc"] == 0.0
 

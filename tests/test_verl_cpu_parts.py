@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS, training_pools
 from tune_dfrl.trainers.embedded.model import EOS_ID, ModelShape, build_tokenizer, new_model, save_model
 from tune_dfrl.trainers.verl.cpu import cpu_env, cpu_overrides, patches, ray_temp_dir
@@ -93,14 +92,15 @@ def test_cpu_overrides_and_environment(tmp_path):
 
 def test_exported_tokenizer_reads_every_task_as_the_embedded_one(exported):
     from transformers import AutoTokenizer
-
     from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
 
     chat, embedded = AutoTokenizer.from_pretrained(exported[1]), build_tokenizer()
     assert type(chat).__name__ == "Qwen2Tokenizer"  # what transformers loads for model type qwen2
     assert chat.eos_token == CHAT_EOS and chat.eos_token_id == EOS_ID
     assert len(chat.encode(NEWLINE, add_special_tokens=False)) == 1
-    prompts = [i.prompt for b in BENCHMARKS for i in b.items()] + [i.prompt for p in training_pools().values() for i in p]
+    prompts = [i.prompt for b in BENCHMARKS for i in b.items()] + [
+        i.prompt for p in training_pools().values() for i in p
+    ]
     assert all(chat.encode(p, add_special_tokens=False) == embedded.encode(p) for p in prompts)
     builder = create_continuous_token_builder(chat, hf_model_type="qwen2")
     assert builder.build_initial_tokens([{"role": "user", "content": prompts[-1]}]) == embedded.encode(prompts[-1])
@@ -128,7 +128,10 @@ def test_sampling_log_probs_are_the_tempered_distribution_of_a_full_forward(expo
 
     model = AutoModelForCausalLM.from_pretrained(exported[1]).eval()
     prompt = build_tokenizer().encode("3+4=")
-    draw = lambda seed, **kw: sample(model, prompt, 8, stop_ids={EOS_ID}, generator=torch.Generator().manual_seed(seed), **kw)
+
+    def draw(seed, **kw):
+        return sample(model, prompt, 8, stop_ids={EOS_ID}, generator=torch.Generator().manual_seed(seed), **kw)
+
     tokens, log_probs = draw(1, temperature=0.7, top_k=-1, top_p=1.0)
     with torch.no_grad():
         logits = model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1 : -1] / 0.7
@@ -136,7 +139,9 @@ def test_sampling_log_probs_are_the_tempered_distribution_of_a_full_forward(expo
     torch.testing.assert_close(torch.tensor(log_probs), expected, atol=1e-5, rtol=1e-5)
     assert draw(1, temperature=0.7, top_k=-1, top_p=1.0) == (tokens, log_probs)  # seeded
     greedy = draw(2, temperature=0.0, top_k=-1, top_p=1.0)[0]
-    assert draw(3, temperature=1.0, top_k=1, top_p=1.0)[0] == greedy == draw(4, temperature=1.0, top_k=-1, top_p=1e-6)[0]
+    assert (
+        draw(3, temperature=1.0, top_k=1, top_p=1.0)[0] == greedy == draw(4, temperature=1.0, top_k=-1, top_p=1e-6)[0]
+    )
 
 
 def test_truncation_and_request_seeds():

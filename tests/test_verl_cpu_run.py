@@ -18,14 +18,14 @@ import time
 from pathlib import Path
 
 import pytest
-
-from tune_dfrl.backend import ArmSpec
 from tune_dfrl.trainers.embedded.base import BaseRecipe, ensure_base_model
 from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS
 from tune_dfrl.trainers.verl.backend import VerlBackend
 from tune_dfrl.trainers.verl.cpu import ray_temp_dir
 from tune_dfrl.trainers.verl.export import export_model, export_tasks, rows, write_parquet
 from tune_dfrl.trainers.verl.recipe import default_recipe
+
+from tune_dfrl.backend import ArmSpec
 
 pytestmark = pytest.mark.timeout(3600)
 
@@ -46,9 +46,11 @@ def run_figures(trial: Path) -> dict:
     """The child's start-up (`run_trial` writes it to verl_runs.jsonl) and verl's seconds per step
     (`timing_s/step`, validation excluded) and per validation (`timing_s/testing`)."""
     steps = [json.loads(line)["data"] for line in (trial / "verl_metrics.jsonl").read_text().splitlines()]
-    return {"startup_s": [round(json.loads(line)["startup_s"], 1) for line in (trial / "verl_runs.jsonl").open()],
-            "step_s": [round(s["timing_s/step"], 2) for s in steps],
-            "validation_s": [round(s["timing_s/testing"], 2) for s in steps if "timing_s/testing" in s]}
+    return {
+        "startup_s": [round(json.loads(line)["startup_s"], 1) for line in (trial / "verl_runs.jsonl").open()],
+        "step_s": [round(s["timing_s/step"], 2) for s in steps],
+        "validation_s": [round(s["timing_s/testing"], 2) for s in steps if "timing_s/testing" in s],
+    }
 
 
 class Runs:
@@ -75,12 +77,24 @@ def runs(tmp_path_factory, embedded_cache) -> Runs:
     root = tmp_path_factory.mktemp("verl_cpu_run")
     model = export_model(ensure_base_model(BaseRecipe(steps=BASE_STEPS), embedded_cache), root / "model")
     train, _ = export_tasks(root / "data", per_domain=32)
-    val = write_parquet([r for b in BENCHMARKS for r in rows(b.items()[:VAL_ITEMS], data_source=b.name)],
-                        root / "data" / "val_small.parquet")
+    val = write_parquet(
+        [r for b in BENCHMARKS for r in rows(b.items()[:VAL_ITEMS], data_source=b.name)],
+        root / "data" / "val_small.parquet",
+    )
     recipe = default_recipe(
-        model_path=str(model), train_files=[str(train)], val_files=[str(val)], device="cpu", gpus_per_trial=1,
-        cpus_per_trial=2, rollout_n=4, train_batch_size=8, max_prompt_length=48, max_response_length=8,
-        steps=STEPS, milestone_every=STEPS, lr=1e-4,
+        model_path=str(model),
+        train_files=[str(train)],
+        val_files=[str(val)],
+        device="cpu",
+        gpus_per_trial=1,
+        cpus_per_trial=2,
+        rollout_n=4,
+        train_batch_size=8,
+        max_prompt_length=48,
+        max_response_length=8,
+        steps=STEPS,
+        milestone_every=STEPS,
+        lr=1e-4,
         benchmarks=[{"data_source": b.name, "domain": b.domain, "items": VAL_ITEMS} for b in BENCHMARKS],
         overrides=["algorithm.rollout_correction.rollout_is=token"],
     )
@@ -105,7 +119,9 @@ def test_a_checkpointed_milestone_the_search_never_got_is_validated_from_the_che
     """As if the trial died between verl's checkpoint of the final step and its validation: a copy of the
     control's trial without its milestones and log. The rerun validates the checkpoint and trains nothing."""
     (milestones, _), trial = runs("control"), runs.root / "control_killed"
-    shutil.copytree(runs.root / "control", trial, ignore=shutil.ignore_patterns("milestones.jsonl", "verl_metrics.jsonl"))
+    shutil.copytree(
+        runs.root / "control", trial, ignore=shutil.ignore_patterns("milestones.jsonl", "verl_metrics.jsonl")
+    )
     again: list = []
     runs.backend.run_trial(ARMS["control"], SEED, again.append, trial)
     assert [m.step for m in again] == [STEPS] and again[0].train == {}

@@ -12,13 +12,11 @@ import math
 import numpy as np
 import pytest
 import torch
-
+from tune_dfrl.trainers.verl.hook import DataPolicy, domain_ids
+from tune_dfrl.trainers.verl.sampler import MixtureBatchSampler
 from verl import DataProto
 from verl.trainer.ppo.core_algos import AdvantageEstimator
 from verl.trainer.ppo.ray_trainer import compute_advantage
-
-from tune_dfrl.trainers.verl.hook import DataPolicy, domain_ids
-from tune_dfrl.trainers.verl.sampler import MixtureBatchSampler
 
 LENGTHS = [3, 2, 3, 1, 3, 3, 2, 2]
 REWARDS = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
@@ -120,8 +118,11 @@ def test_mixer_changes_the_samplers_next_draw():
     assert np.bincount(rows[first], minlength=3).tolist() == [2, 2, 2]
 
     # step 0's rollouts: mean reward logic 1.0, math 0.0, science 0.5 (two responses each, one group each)
-    data = verl_batch(rewards=[1, 1, 0, 0, 1, 0, 1, 0], lengths=[2] * 8,
-                      domains=["logic", "logic", "math", "math", "science", "science", "logic", "math"])
+    data = verl_batch(
+        rewards=[1, 1, 0, 0, 1, 0, 1, 0],
+        lengths=[2] * 8,
+        domains=["logic", "logic", "math", "math", "science", "science", "logic", "math"],
+    )
     # rows 6, 7 (group b) add one logic reward 1 and one math reward 0: means stay 1.0 / 0.0 / 0.5
     metrics = policy.apply(data, step=0)
     second = sampler.next_batch()

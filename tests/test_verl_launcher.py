@@ -17,12 +17,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from tune_dfrl.backend import ArmSpec, Milestone
 from tune_dfrl.trainers.verl.backend import VerlBackend
 from tune_dfrl.trainers.verl.launcher import JsonlTail, MilestoneReader, VerlRunError
 from tune_dfrl.trainers.verl.recipe import VerlRecipe, default_recipe
 from verl_stand_in import accuracy, write_model
+
+from tune_dfrl.backend import ArmSpec, Milestone
 
 HERE = Path(__file__).parent
 STAND_IN = str(HERE / "verl_stand_in.py")
@@ -35,8 +35,15 @@ BENCHMARKS = [
 
 
 def verl_rows(source: str, count: int, domain: str) -> list[dict]:
-    return [{"prompt": [{"role": "user", "content": f"{source} {i}"}], "data_source": source,
-             "reward_model": {"style": "rule", "ground_truth": str(i)}, "domain": domain} for i in range(count)]
+    return [
+        {
+            "prompt": [{"role": "user", "content": f"{source} {i}"}],
+            "data_source": source,
+            "reward_model": {"style": "rule", "ground_truth": str(i)},
+            "domain": domain,
+        }
+        for i in range(count)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +53,15 @@ def recipe(tmp_path_factory) -> dict:
     val = [row for b in BENCHMARKS for row in verl_rows(b["data_source"], b["items"], b["domain"])]
     pq.write_table(pa.Table.from_pylist(val), root / "val.parquet")
     pq.write_table(pa.Table.from_pylist(verl_rows("train", 8, "math")), root / "train.parquet")
-    return default_recipe(model_path=str(model), train_files=[str(root / "train.parquet")],
-                          val_files=[str(root / "val.parquet")], gpus_per_trial=0, steps=4, milestone_every=2,
-                          benchmarks=BENCHMARKS)
+    return default_recipe(
+        model_path=str(model),
+        train_files=[str(root / "train.parquet")],
+        val_files=[str(root / "val.parquet")],
+        gpus_per_trial=0,
+        steps=4,
+        milestone_every=2,
+        benchmarks=BENCHMARKS,
+    )
 
 
 def alive(pid: int) -> bool:
@@ -80,8 +93,12 @@ def test_reader_reads_verl_file_logger_records_and_aggregates(recipe, tmp_path, 
     logger.log({"actor/entropy": 1.0, "policy/kept_fraction": 0.25}, step=1)
     val = {}
     for source, acc, chars in (("src/a", 0.5, 10.0), ("src/b", 0.25, 20.0), ("src/c", 1.0, 40.0)):
-        val |= {f"val-core/{source}/acc/mean@4": acc, f"val-aux/{source}/acc/mean@2": 0.0,
-                f"val-aux/{source}/length_chars/mean@4": chars, f"val-aux/{source}/format_fail/mean@4": 0.1}
+        val |= {
+            f"val-core/{source}/acc/mean@4": acc,
+            f"val-aux/{source}/acc/mean@2": 0.0,
+            f"val-aux/{source}/length_chars/mean@4": chars,
+            f"val-aux/{source}/format_fail/mean@4": 0.1,
+        }
     logger.log({"actor/entropy": 3.0, "policy/kept_fraction": 0.75, "val-aux/num_turns/mean": 1.0, **val}, step=2)
     logger.finish()
 
@@ -95,8 +112,9 @@ def test_reader_reads_verl_file_logger_records_and_aggregates(recipe, tmp_path, 
     assert m.format_failure == {"alpha": 0.1, "beta": 0.1, "gamma": 0.1}
     # db: mean of domain means (math (50+25)/2, logic 100); item: weights 4, 2, 2;
     # efficiency: 1000 * sum n_b a_b / 100 / sum n_b l_b = 1000 * (2 + 0.5 + 2) / (40 + 40 + 80)
-    assert m.aggregates == pytest.approx({"db": (37.5 + 100) / 2, "macro": 175 / 3, "item": (200 + 50 + 200) / 8,
-                                          "efficiency": 1000 * 4.5 / 160})
+    assert m.aggregates == pytest.approx(
+        {"db": (37.5 + 100) / 2, "macro": 175 / 3, "item": (200 + 50 + 200) / 8, "efficiency": 1000 * 4.5 / 160}
+    )
     assert m.train == {"actor/entropy": 2.0, "policy/kept_fraction": 0.5}  # means since the last milestone
 
 
@@ -113,17 +131,28 @@ def test_run_trial_reports_milestones_and_leaves_no_process(recipe, tmp_path):
 
     assert [m.step for m in reported] == [2, 4]
     for m in reported:
-        assert m.accuracy == pytest.approx({b["name"]: 100 * accuracy(m.step, 4, 2.0, i, "arm1", 7)
-                                            for i, b in enumerate(BENCHMARKS)})
+        assert m.accuracy == pytest.approx(
+            {b["name"]: 100 * accuracy(m.step, 4, 2.0, i, "arm1", 7) for i, b in enumerate(BENCHMARKS)}
+        )
     lines = (tmp_path / "ckpt" / "milestones.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [2, 4]
 
     info = json.loads((tmp_path / "ckpt" / "stand_in.json").read_text())
     assert info["cwd"] == str(tmp_path / "ckpt")
-    assert info["env"] == {"CUDA_VISIBLE_DEVICES": info["env"]["CUDA_VISIBLE_DEVICES"], "WANDB_MODE": "disabled",
-                           "HF_HUB_OFFLINE": "1", "RAY_ADDRESS": None, "VERL_PLATFORM": None}  # device cuda: no CPU platform
-    assert {"data.seed=7", "actor_rollout_ref.actor.data_loader_seed=7", "actor_rollout_ref.rollout.seed=7",
-            "trainer.test_freq=2", "+ray_kwargs.ray_init.address=local"} <= set(info["overrides"])
+    assert info["env"] == {
+        "CUDA_VISIBLE_DEVICES": info["env"]["CUDA_VISIBLE_DEVICES"],
+        "WANDB_MODE": "disabled",
+        "HF_HUB_OFFLINE": "1",
+        "RAY_ADDRESS": None,
+        "VERL_PLATFORM": None,
+    }  # device cuda: no CPU platform
+    assert {
+        "data.seed=7",
+        "actor_rollout_ref.actor.data_loader_seed=7",
+        "actor_rollout_ref.rollout.seed=7",
+        "trainer.test_freq=2",
+        "+ray_kwargs.ray_init.address=local",
+    } <= set(info["overrides"])
     assert wait_all_gone(child_pids(tmp_path / "ckpt"), timeout_s=5) == []
 
     (tmp_path / "ckpt" / "stand_in.json").unlink()
@@ -145,8 +174,9 @@ def test_a_rerun_reports_the_milestone_checkpointed_but_never_logged(recipe, tmp
 
     stand_in(recipe).run_trial(arm, 0, reported.append, tmp_path / "ckpt")
     assert [m.step for m in reported] == [2, 4]
-    assert reported[0].accuracy == pytest.approx({b["name"]: 100 * accuracy(2, 4, 1.0, i, "arm0", 0)
-                                                  for i, b in enumerate(BENCHMARKS)})
+    assert reported[0].accuracy == pytest.approx(
+        {b["name"]: 100 * accuracy(2, 4, 1.0, i, "arm0", 0) for i, b in enumerate(BENCHMARKS)}
+    )
     records = logged(tmp_path / "ckpt")
     assert [r["step"] for r in records if "timing_s/step" in r["data"]] == [3, 4]  # trained after the checkpoint only
     assert records[0]["step"] == 2 and "timing_s/step" not in records[0]["data"]  # validation before training
@@ -187,12 +217,27 @@ def group_members(pgid: int) -> list[int]:
 def test_a_killed_supervisor_takes_its_process_group_along():
     """Ray SIGKILLs the child processes of a trial worker it ends, the supervisor among them: its guard
     (PR_SET_PDEATHSIG) then ends the group, down to a process the child left behind."""
-    child = ("import subprocess, sys, time; "
-             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)")
-    supervisor = subprocess.Popen([sys.executable, "-m", "tune_dfrl.trainers.verl.supervise", str(os.getpid()), "--",
-                                   sys.executable, "-c", child], start_new_session=True)
+    child = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"
+    )
+    supervisor = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tune_dfrl.trainers.verl.supervise",
+            str(os.getpid()),
+            "--",
+            sys.executable,
+            "-c",
+            child,
+        ],
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 30
-    while len(members := group_members(supervisor.pid)) < 4 and time.monotonic() < deadline:  # + guard, child, its child
+    while (
+        len(members := group_members(supervisor.pid)) < 4 and time.monotonic() < deadline
+    ):  # + guard, child, its child
         time.sleep(0.2)
     assert len(members) == 4
     os.kill(supervisor.pid, signal.SIGKILL)
@@ -223,11 +268,13 @@ def test_asha_stops_the_weak_trial_and_no_child_survives(ray_session, recipe, tm
 
     def trainable(config: dict) -> None:
         case = config["case"]
-        backends[case["arm"]["arm_id"]].run_trial(ArmSpec(**case["arm"]), 0, lambda m: tune.report(m.flat()),
-                                                  Path(case["dir"]))
+        backends[case["arm"]["arm_id"]].run_trial(
+            ArmSpec(**case["arm"]), 0, lambda m: tune.report(m.flat()), Path(case["dir"])
+        )
 
-    scheduler = ASHAScheduler(time_attr="step", metric="score/db", mode="max", max_t=6, grace_period=1,
-                              reduction_factor=2)
+    scheduler = ASHAScheduler(
+        time_attr="step", metric="score/db", mode="max", max_t=6, grace_period=1, reduction_factor=2
+    )
     results = tune.Tuner(
         tune.with_resources(trainable, VerlBackend(recipe).resources()),
         param_space={"case": tune.grid_search(list(cases.values()))},
@@ -247,7 +294,9 @@ def test_trial_child_sees_the_gpus_tune_assigned(recipe, tmp_path):
     """8 logical GPUs (own Ray cluster, in a subprocess); a trial asks for 2."""
     probe = subprocess.run(
         [sys.executable, str(HERE / "verl_gpu_probe.py"), json.dumps({**recipe, "gpus_per_trial": 2}), str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert probe.returncode == 0, probe.stderr[-3000:]
     out = json.loads(probe.stdout.strip().splitlines()[-1])

@@ -8,8 +8,6 @@ from pathlib import Path
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
-
-from tune_dfrl.backend import ArmSpec
 from tune_dfrl.trainers.verl.recipe import (
     VerlRecipe,
     build_overrides,
@@ -18,6 +16,8 @@ from tune_dfrl.trainers.verl.recipe import (
     default_recipe,
     hydra_quote,
 )
+
+from tune_dfrl.backend import ArmSpec
 
 ARM = ArmSpec("gfpo", {"k": 2, "metric": "short", "note": "it's a \\ test"}, "abc123def456", "gfpo k=2")
 
@@ -38,15 +38,25 @@ def test_hydra_quote_refuses_interpolation():
 
 
 def test_overrides_compose_with_verl_config_and_pass_validate_config(tmp_path):
-    recipe = make_recipe(gpus_per_trial=4, rollout_n=8, milestone_every=10, steps=50, lr=2e-6,
-                         overrides=["actor_rollout_ref.actor.kl_loss_coef=0.005"])
+    recipe = make_recipe(
+        gpus_per_trial=4,
+        rollout_n=8,
+        milestone_every=10,
+        steps=50,
+        lr=2e-6,
+        overrides=["actor_rollout_ref.actor.kl_loss_coef=0.005"],
+    )
     config = compose_verl_config(build_overrides(recipe, ARM, seed=11, checkpoint_dir=tmp_path))
     check_verl_config(config)  # verl/utils/config.py validate_config, as main_ppo runs it
     OmegaConf.resolve(config)  # as verl's TaskRunnerV1 does before reading it
 
     assert config.algorithm.adv_estimator == "grpo"
     assert config.trainer.v1.trainer_mode == "tune_dfrl" and config.trainer.use_v1
-    assert (config.data.seed, config.actor_rollout_ref.actor.data_loader_seed, config.actor_rollout_ref.rollout.seed) == (11, 11, 11)
+    assert (
+        config.data.seed,
+        config.actor_rollout_ref.actor.data_loader_seed,
+        config.actor_rollout_ref.rollout.seed,
+    ) == (11, 11, 11)
     assert list(config.trainer.logger) == ["console", "file"]
     assert (config.trainer.test_freq, config.trainer.save_freq, config.trainer.total_training_steps) == (10, 10, 50)
     assert not config.trainer.val_before_train
@@ -62,9 +72,8 @@ def test_overrides_compose_with_verl_config_and_pass_validate_config(tmp_path):
 
 
 def test_reward_function_path_loads_through_verl():
-    from verl.utils.import_utils import load_extern_object
-
     from tune_dfrl.trainers.verl.reward import compute_score
+    from verl.utils.import_utils import load_extern_object
 
     assert load_extern_object("pkg://tune_dfrl.trainers.verl.reward", "compute_score") is compute_score
 
@@ -79,8 +88,10 @@ def test_reward_function_path_loads_through_verl():
         ({"ppo_mini_batch_size": 48}, "ppo_mini_batch_size=48 must divide train_batch_size=128"),
         ({"rollout_engine": "hf"}, r"rollout_engine='hf'; allowed: null \(the device's\), vllm, sglang"),
         ({"device": "tpu"}, "device='tpu'; allowed: cuda, cpu"),
-        ({"device": "cpu", "gpus_per_trial": 1, "rollout_engine": "vllm"},
-         "device=cpu rolls out with tune_dfrl's HF rollout; rollout_engine=vllm needs GPUs"),
+        (
+            {"device": "cpu", "gpus_per_trial": 1, "rollout_engine": "vllm"},
+            "device=cpu rolls out with tune_dfrl's HF rollout; rollout_engine=vllm needs GPUs",
+        ),
         ({"device": "cpu", "gpus_per_trial": 2}, "device=cpu .* gpus_per_trial must be 1; got 2"),
         ({"command": "python -m verl"}, "'command' must be null or a non-empty list of strings"),
         ({"val_files": ["data/val.parquet"]}, r"'val_files' needs absolute paths .*\['data/val.parquet'\]"),

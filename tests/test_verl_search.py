@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
-
 from tune_dfrl.trainers.verl.export import export_tasks
 from tune_dfrl.trainers.verl.recipe import hydra_quote
 from verl_stand_in import accuracy, write_model
@@ -39,17 +38,29 @@ def data(tmp_path_factory) -> dict[str, Path]:
 def verl_args(data: dict[str, Path], *changes: str) -> list[str]:
     """A CPU verl search on the exported tasks, its trials run by the stand-in child."""
     command = ",".join(hydra_quote(p) for p in (sys.executable, str(STAND_IN)))
-    return ["space=difffilter_band", "backend=verl", "backend.device=cpu", "backend.gpus_per_trial=1",
-            "backend.cpus_per_trial=8", f"backend.model_path={hydra_quote(str(data['model']))}",
-            f"backend.train_files=[{hydra_quote(str(data['train']))}]",
-            f"backend.val_files=[{hydra_quote(str(data['val']))}]", f"backend.command=[{command}]",
-            f"steps={STEPS}", f"milestone_every={EVERY}", f"seeds={len(SEEDS)}", "control_cache=null", *changes]
+    return [
+        "space=difffilter_band",
+        "backend=verl",
+        "backend.device=cpu",
+        "backend.gpus_per_trial=1",
+        "backend.cpus_per_trial=8",
+        f"backend.model_path={hydra_quote(str(data['model']))}",
+        f"backend.train_files=[{hydra_quote(str(data['train']))}]",
+        f"backend.val_files=[{hydra_quote(str(data['val']))}]",
+        f"backend.command=[{command}]",
+        f"steps={STEPS}",
+        f"milestone_every={EVERY}",
+        f"seeds={len(SEEDS)}",
+        "control_cache=null",
+        *changes,
+    ]
 
 
 def search(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_AUTH_MODE": "disabled"}
-    return subprocess.run([sys.executable, "-m", "tune_dfrl.search", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "tune_dfrl.search", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
+    )
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +85,9 @@ def test_every_cell_reports_the_childs_validation_milestones(searched: Path) -> 
     assert all(steps == [EVERY, STEPS] for steps in cells.values()) and len(cells) == 3 * len(SEEDS)
     sources = sorted(b["name"] for b in json.loads((searched / "benchmarks.json").read_text()))
     for r in rows:  # difffilter has no temperature: strength 1
-        assert r["accuracy"] == pytest.approx({s: 100 * accuracy(r["step"], STEPS, 1.0, i, r["arm_id"], r["seed"])
-                                               for i, s in enumerate(sources)})
+        assert r["accuracy"] == pytest.approx(
+            {s: 100 * accuracy(r["step"], STEPS, 1.0, i, r["arm_id"], r["seed"]) for i, s in enumerate(sources)}
+        )
 
 
 def test_trials_ran_the_cpu_overrides_and_left_no_process(searched: Path) -> None:
@@ -84,7 +96,7 @@ def test_trials_ran_the_cpu_overrides_and_left_no_process(searched: Path) -> Non
     infos = [json.loads(p.read_text()) for p in (searched / "cells").glob("*/seed*/checkpoint/stand_in.json")]
     assert len(infos) == 3 * len(SEEDS)
     for info in infos:
-        assert info["overrides"][-len(cpu_overrides(Path(info["cwd"]), 8)):] == cpu_overrides(Path(info["cwd"]), 8)
+        assert info["overrides"][-len(cpu_overrides(Path(info["cwd"]), 8)) :] == cpu_overrides(Path(info["cwd"]), 8)
         assert f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}" in info["overrides"]
         assert info["env"]["VERL_PLATFORM"] == "cpu" and info["env"]["RAY_ADDRESS"] is None
     assert [pid for info in infos for pid in (info["parent"], info["pid"], info["lingering"]) if alive(pid)] == []
@@ -106,8 +118,10 @@ def test_report_and_mlflow_parent_and_child_runs(searched: Path) -> None:
 
 def crashing_reward(root: Path) -> str:
     path = root / "crashing_reward.py"
-    path.write_text("def score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                    "    raise RuntimeError('reward server unreachable')\n")
+    path.write_text(
+        "def score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    raise RuntimeError('reward server unreachable')\n"
+    )
     overrides = (f"reward.custom_reward_function.path={path}", "reward.custom_reward_function.name=score")
     return f"backend.overrides=[{','.join(map(hydra_quote, overrides))}]"
 
@@ -121,10 +135,16 @@ def no_template(root: Path) -> str:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda root: "backend.gpus_per_trial=2", "error: device=cpu trains in one process, which verl places on one "
-                                                  "logical GPU of the trial's private Ray: gpus_per_trial must be 1; got 2"),
-        (lambda root: "backend.rollout_engine=vllm", "error: device=cpu rolls out with tune_dfrl's HF rollout; "
-                                                     "rollout_engine=vllm needs GPUs: set rollout_engine=null"),
+        (
+            lambda root: "backend.gpus_per_trial=2",
+            "error: device=cpu trains in one process, which verl places on one "
+            "logical GPU of the trial's private Ray: gpus_per_trial must be 1; got 2",
+        ),
+        (
+            lambda root: "backend.rollout_engine=vllm",
+            "error: device=cpu rolls out with tune_dfrl's HF rollout; "
+            "rollout_engine=vllm needs GPUs: set rollout_engine=null",
+        ),
         (no_template, "its tokenizer has no chat template"),
         (crashing_reward, "error: the verl backend failed to calibrate: RuntimeError: reward server unreachable"),
     ],

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
-
 from reliability_helpers import records, search_command, short_tmp, start, stop, wait_for
 from tune_dfrl.trainers.embedded.base import BaseRecipe, ensure_base_model
 from tune_dfrl.trainers.verl.cpu import ray_temp_dir
@@ -112,8 +111,14 @@ def searched(files, control_cache, tmp_path_factory) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("verl_cpu_search")
     out = root / "out"
     args = e2e.search_args(files, "cpu", ARMS, SEEDS, STEPS, out, control_cache)
-    done = subprocess.run([sys.executable, "-m", "tune_dfrl.search", *args],
-                          env=e2e.search_env(), cwd=root, capture_output=True, text=True, timeout=3000)
+    done = subprocess.run(
+        [sys.executable, "-m", "tune_dfrl.search", *args],
+        env=e2e.search_env(),
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out, e2e.timings(out)
 
@@ -135,7 +140,9 @@ def test_milestones_are_verls_validation_and_the_plugin_trainer_ran(searched, fi
     for cell, rows in cells(out).items():
         logged = {r["step"]: r["data"] for r in verl_records(out, cell)}
         for row in rows:
-            assert row["accuracy"] == pytest.approx({s: 100 * logged[row["step"]][f"val-core/{s}/acc/mean@1"] for s in sources})
+            assert row["accuracy"] == pytest.approx(
+                {s: 100 * logged[row["step"]][f"val-core/{s}/acc/mean@1"] for s in sources}
+            )
             kept = row["train"]["policy/kept_fraction"]  # logged by our trainer's policy hook
             assert kept == 1.0 if row["method"] == "baseline" else 0.0 <= kept <= 1.0
 
@@ -176,13 +183,19 @@ def resumed(searched, files, control_cache, tmp_path_factory) -> Resumed:
     env = {**e2e.search_env(), "RAY_TMPDIR": str(ray_tmp)}
     driver = start(command, cwd=root, env=env, log=root / "interrupted.log")
     try:
+
         def checkpointed() -> Cell | None:
             for cell, rows in cells(out).items():
-                if not rows[-1]["final"] and (trial_dir(out, cell) / "verl" / "latest_checkpointed_iteration.txt").exists():
+                if (
+                    not rows[-1]["final"]
+                    and (trial_dir(out, cell) / "verl" / "latest_checkpointed_iteration.txt").exists()
+                ):
                     return cell
             return None
 
-        wait_for(lambda: driver.poll() is not None or checkpointed() is not None, 1800, "a checkpointed, unfinished trial")
+        wait_for(
+            lambda: driver.poll() is not None or checkpointed() is not None, 1800, "a checkpointed, unfinished trial"
+        )
         cell = checkpointed()
         tree = set().union(*(descendants(pid) for pid in supervisors(out)))
         os.kill(driver.pid, signal.SIGKILL)
@@ -228,7 +241,10 @@ def test_the_trial_continued_from_verls_checkpoint_without_training_a_step_twice
         assert logged == resumed.killed_records and resumed.checkpoint == STEPS
         return
     assert trained_steps(logged) == list(range(resumed.checkpoint + 1, STEPS + 1))
-    assert [r["step"] for r in logged if "timing_s/step" not in r["data"]] in ([], [resumed.checkpoint])  # validated first
+    assert [r["step"] for r in logged if "timing_s/step" not in r["data"]] in (
+        [],
+        [resumed.checkpoint],
+    )  # validated first
     with (trial / "verl.log").open("rb") as log:
         log.seek(resumed.log_at_kill)
         assert f"global_step_{resumed.checkpoint}".encode() in log.read()  # the resumed start loaded that checkpoint

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from tune_dfrl.backend import ArmSpec
 from tune_dfrl.trainers.embedded.model import ModelShape, build_tokenizer, new_model, save_model
 from tune_dfrl.trainers.verl.export import export_model, export_tasks
 from tune_dfrl.trainers.verl.recipe import VerlRecipe, build_overrides, compose_verl_config, default_recipe
+
+from tune_dfrl.backend import ArmSpec
 
 LENGTHS = [3, 2, 3, 1, 3, 3, 2, 2]
 REWARDS = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
@@ -30,15 +30,29 @@ def recipe(tmp_path_factory) -> VerlRecipe:
     save_model(new_model(ModelShape(), len(tokenizer), torch.Generator().manual_seed(0)), tokenizer, root / "raw")
     model = export_model(root / "raw", root / "model")
     train, val = export_tasks(root / "data", per_domain=8)
-    return VerlRecipe.from_dict(default_recipe(
-        model_path=str(model), train_files=[str(train)], val_files=[str(val)], gpus_per_trial=1, rollout_n=4,
-        train_batch_size=6, max_prompt_length=48, max_response_length=16, steps=4, milestone_every=2))
+    return VerlRecipe.from_dict(
+        default_recipe(
+            model_path=str(model),
+            train_files=[str(train)],
+            val_files=[str(val)],
+            gpus_per_trial=1,
+            rollout_n=4,
+            train_batch_size=6,
+            max_prompt_length=48,
+            max_response_length=16,
+            steps=4,
+            milestone_every=2,
+        )
+    )
 
 
 def make_trainer(recipe: VerlRecipe, arm: ArmSpec, tmp_path: Path):
     from tune_dfrl.trainers.verl.trainer import DataPolicyTrainer
 
-    overrides = [*build_overrides(recipe, arm, 5, tmp_path), "transfer_queue.backend.SimpleStorage.num_data_storage_units=1"]
+    overrides = [
+        *build_overrides(recipe, arm, 5, tmp_path),
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    ]
     trainer = DataPolicyTrainer(compose_verl_config(overrides))
     trainer._init_tokenizer()
     trainer._init_dataloader()
@@ -68,8 +82,15 @@ def test_plugin_registers_the_trainer_through_the_entry_point():
     """Fresh interpreters: `import verl` loads our entry point and verl's v1 registry then holds the
     trainer; importing the trainer module first (it imports verl's v1 package itself) works too."""
     firsts = ("import verl", "import tune_dfrl.trainers.verl.trainer")
-    runs = [subprocess.Popen([sys.executable, "-c", REGISTRY_PROBE.format(first_import=f)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True) for f in firsts]
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", REGISTRY_PROBE.format(first_import=f)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for f in firsts
+    ]
     outs = []
     for run in runs:
         stdout, stderr = run.communicate(timeout=300)
@@ -109,6 +130,7 @@ def test_advantage_hook_writes_policy_weights_into_transfer_queue(ray_session, r
     wait_for_free_cpus(ray_session, 2)  # TransferQueue's controller and storage unit actors ask for one CPU each
     tq.init(trainer.config.transfer_queue)
     try:
+
         def nested(rows: list[torch.Tensor]) -> torch.Tensor:
             return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
 

@@ -16,9 +16,9 @@ os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 
 import ray  # noqa: E402
 from ray import tune  # noqa: E402
+from tune_dfrl.trainers.verl.backend import VerlBackend  # noqa: E402
 
 from tune_dfrl.backend import ArmSpec  # noqa: E402
-from tune_dfrl.trainers.verl.backend import VerlBackend  # noqa: E402
 
 STAND_IN = str(Path(__file__).with_name("verl_stand_in.py"))
 
@@ -32,8 +32,14 @@ def main() -> None:
         arm = ArmSpec("softmax", {"temperature": 1.0}, "probe", "probe")
         backend.run_trial(arm, 0, lambda m: tune.report(m.flat()), work / "trial")
 
-    ray.init(address="local", num_cpus=2, num_gpus=8, include_dashboard=False,
-             object_store_memory=100 * 1024**2, log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        num_gpus=8,
+        include_dashboard=False,
+        object_store_memory=100 * 1024**2,
+        log_to_driver=False,
+    )
     try:
         resources = backend.resources()
         results = tune.Tuner(
@@ -41,13 +47,17 @@ def main() -> None:
             run_config=tune.RunConfig(storage_path=str(work / "tune"), name="gpu_probe", verbose=0),
         ).fit()
         child = json.loads((work / "trial" / "stand_in.json").read_text())
-        print(json.dumps({
-            "resources": resources,
-            "trial_gpu_ids": json.loads((work / "trial_gpu_ids.json").read_text()),
-            "child_cuda_visible_devices": child["env"]["CUDA_VISIBLE_DEVICES"],
-            "final_step": results[0].metrics["step"],
-            "errors": [str(e) for e in results.errors],
-        }))
+        print(
+            json.dumps(
+                {
+                    "resources": resources,
+                    "trial_gpu_ids": json.loads((work / "trial_gpu_ids.json").read_text()),
+                    "child_cuda_visible_devices": child["env"]["CUDA_VISIBLE_DEVICES"],
+                    "final_step": results[0].metrics["step"],
+                    "errors": [str(e) for e in results.errors],
+                }
+            )
+        )
     finally:
         ray.shutdown()
 

@@ -71,14 +71,28 @@ def main() -> int:
     tracker = checkpoints / "latest_checkpointed_iteration.txt"
     resumed = int(tracker.read_text()) if tracker.exists() else 0
     policy = json.loads(overrides["tune_dfrl.policy"])
-    strength, arm_id, seed = float(policy["params"].get("temperature", 1.0)), policy["arm_id"], int(overrides["data.seed"])
-    sources = sorted({s for f in overrides["data.val_files"] for s in pq.read_table(f).column("data_source").to_pylist()})
+    strength, arm_id, seed = (
+        float(policy["params"].get("temperature", 1.0)),
+        policy["arm_id"],
+        int(overrides["data.seed"]),
+    )
+    sources = sorted(
+        {s for f in overrides["data.val_files"] for s in pq.read_table(f).column("data_source").to_pylist()}
+    )
 
     metrics_path = Path(os.environ["VERL_FILE_LOGGER_PATH"])
     lingering = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    info = {"pid": os.getpid(), "parent": os.getppid(), "lingering": lingering.pid, "overrides": raw,
-            "cwd": os.getcwd(), "env": {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "WANDB_MODE", "VERL_PLATFORM",
-                                                                          "HF_HUB_OFFLINE", "RAY_ADDRESS")}}
+    info = {
+        "pid": os.getpid(),
+        "parent": os.getppid(),
+        "lingering": lingering.pid,
+        "overrides": raw,
+        "cwd": os.getcwd(),
+        "env": {
+            k: os.environ.get(k)
+            for k in ("CUDA_VISIBLE_DEVICES", "WANDB_MODE", "VERL_PLATFORM", "HF_HUB_OFFLINE", "RAY_ADDRESS")
+        },
+    }
     metrics_path.with_name("stand_in.json").write_text(json.dumps(info))
     print(f"stand-in verl: {steps} steps, validation every {every}", flush=True)
 
@@ -95,8 +109,11 @@ def main() -> int:
             log.write(json.dumps({"step": resumed, "data": validation(resumed)}).encode() + b"\n")
         for step in range(resumed + 1, steps + 1):
             time.sleep(options.step_seconds)
-            data: dict[str, float] = {"critic/score/mean": 0.1 * step, "policy/kept_fraction": 0.5,
-                                      "timing_s/step": options.step_seconds}
+            data: dict[str, float] = {
+                "critic/score/mean": 0.1 * step,
+                "policy/kept_fraction": 0.5,
+                "timing_s/step": options.step_seconds,
+            }
             if step % save_every == 0 or step == steps:
                 (checkpoints / f"global_step_{step}").mkdir(parents=True, exist_ok=True)
                 tracker.write_text(str(step))

@@ -6,9 +6,10 @@ Scores are accuracies in percent (0-100), so paired deltas are in points.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from tune_dfrl.schema import RESULT_PREFIXES
 

@@ -27,8 +27,21 @@ from ray.tune import Callback
 
 from tune_dfrl.results import read_records, write_records
 
-MILESTONE_FIELDS = ("arm_id", "label", "method", "params", "seed", "step", "final", "threads",
-                    "accuracy", "length_chars", "format_failure", "aggregates", "train")
+MILESTONE_FIELDS = (
+    "arm_id",
+    "label",
+    "method",
+    "params",
+    "seed",
+    "step",
+    "final",
+    "threads",
+    "accuracy",
+    "length_chars",
+    "format_failure",
+    "aggregates",
+    "train",
+)
 
 
 @cache
@@ -87,6 +100,8 @@ class ControlCacheWriter(Callback):
         final = bool((trial.last_result or {}).get("final", False))
         if trial.config["arm"]["arm_id"] != self.control_id or not final or self.cache.get(seed) is not None:
             return
-        records = reversed(read_records(self.results))  # reversed: a repeated milestone keeps its first line (the ledger's rule)
+        records = reversed(
+            read_records(self.results)
+        )  # reversed: a repeated milestone keeps its first line (the ledger's rule)
         by_step = {r["step"]: r for r in records if r["arm_id"] == self.control_id and r["seed"] == seed}
         self.cache.put(seed, [by_step[step] for step in sorted(by_step)])

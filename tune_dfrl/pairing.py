@@ -123,7 +123,11 @@ class PairedRepeater(Searcher):
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         arm_id, seed = self._cells[trial_id]
         # a result that made the scheduler stop the trial arrives here only
-        last = (int(result["step"]), float(result[self._metric])) if result and "step" in result and self._metric in result else None
+        last = (
+            (int(result["step"]), float(result[self._metric]))
+            if result and "step" in result and self._metric in result
+            else None
+        )
         self._tell(self.feedback.end(arm_id, seed, error, last))
         self._persist()
 
@@ -143,8 +147,12 @@ class PairedRepeater(Searcher):
         self.set_state(saved["state"])
         self.searcher = saved["searcher"]
 
-    def resume(self, checkpoint_path: str | Path, n_arms: int,
-               run_again: Callable[[str, int, str], bool] = lambda arm_id, seed, end: False) -> None:
+    def resume(
+        self,
+        checkpoint_path: str | Path,
+        n_arms: int,
+        run_again: Callable[[str, int, str], bool] = lambda arm_id, seed, end: False,
+    ) -> None:
         """Continue a saved search with up to `n_arms` searched arms: known arms keep their ids and outcomes,
         Optuna its study; every cell that has not ended (finished, stopped or failed), and every ended cell
         for which `run_again(arm_id, seed, end)` holds, is queued again."""
@@ -155,8 +163,12 @@ class PairedRepeater(Searcher):
             for seed, end in self.ledger.ends(arm_id).items():
                 if run_again(arm_id, seed, end):
                     self.ledger.reopen(arm_id, seed)
-        self._queue = [arm_config(arm, seed) for arm_id, arm in self.arms.items()
-                       for seed in self.seeds_of(arm_id) if seed not in self.ledger.ends(arm_id)]
+        self._queue = [
+            arm_config(arm, seed)
+            for arm_id, arm in self.arms.items()
+            for seed in self.seeds_of(arm_id)
+            if seed not in self.ledger.ends(arm_id)
+        ]
 
     # -- what the driver and tests read ---------------------------------------------------------
 
@@ -194,7 +206,9 @@ class PairedRepeater(Searcher):
             log.info("suggestion %s duplicates arm %s (%s): not trained again", inner_id, arm.arm_id, arm.label)
             self._optuna_ids.setdefault(arm.arm_id, []).append(inner_id)
             self.feedback.add(arm.arm_id)  # the control, suggested again, is judged against itself (0)
-            for step, value in self.feedback.intermediate.get(arm.arm_id, {}).items():  # what the first one was told so far
+            for step, value in self.feedback.intermediate.get(
+                arm.arm_id, {}
+            ).items():  # what the first one was told so far
                 self.searcher.on_trial_result(inner_id, {INNER_METRIC: value, "training_iteration": step})
             self._tell(self.feedback.settle(arm.arm_id))
             if (outcome := self.feedback.outcome.get(arm.arm_id)) is not None:
@@ -220,11 +234,19 @@ class PairedRepeater(Searcher):
             return False
         searched = [arm_id for arm_id in self.arms if arm_id != self.control.arm_id]
         look = self.batches.look(self.ledger, searched, self.feedback.final_step)
-        log.info("sequential look %d at %d seeds: %s; next seeds %s", look.number, look.seeds,
-                 {arm: state.status for arm, state in look.states.items()}, list(look.next_seeds))
+        log.info(
+            "sequential look %d at %d seeds: %s; next seeds %s",
+            look.number,
+            look.seeds,
+            {arm: state.status for arm, state in look.states.items()},
+            list(look.next_seeds),
+        )
         open_arms = [arm_id for arm_id, state in look.states.items() if state.status == "open"]
-        self._queue = [arm_config(self.arms[arm_id], seed) for arm_id in [self.control.arm_id, *open_arms]
-                       for seed in look.next_seeds]
+        self._queue = [
+            arm_config(self.arms[arm_id], seed)
+            for arm_id in [self.control.arm_id, *open_arms]
+            for seed in look.next_seeds
+        ]
         self._persist()
         if self.on_look is not None:
             self.on_look({**self.batches.history(), "labels": {arm_id: arm.label for arm_id, arm in self.arms.items()}})
@@ -235,7 +257,9 @@ class PairedRepeater(Searcher):
         for event in told:
             for inner_id in self._optuna_ids.get(event.arm, []):
                 if event.state == INTERMEDIATE:
-                    self.searcher.on_trial_result(inner_id, {INNER_METRIC: event.value, "training_iteration": event.step})
+                    self.searcher.on_trial_result(
+                        inner_id, {INNER_METRIC: event.value, "training_iteration": event.step}
+                    )
                 elif inner_id not in self._told_inner:
                     self._told_inner.add(inner_id)
                     result = None if event.value is None else {INNER_METRIC: event.value}

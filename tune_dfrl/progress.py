@@ -22,8 +22,15 @@ from tune_dfrl.schema import SCORE
 class Progress(Callback):
     """Prints cells done, stopped arms and the leader by paired lower bound after every event."""
 
-    def __init__(self, control_id: str, metric: str, total_cells: int, last_step: int, confidence: float = 0.95,
-                 stream: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        control_id: str,
+        metric: str,
+        total_cells: int,
+        last_step: int,
+        confidence: float = 0.95,
+        stream: TextIO | None = None,
+    ) -> None:
         self.metric = metric
         self.total_cells = total_cells
         self.last_step = last_step  # the final milestone, where the leader is judged
@@ -33,7 +40,9 @@ class Progress(Callback):
         self.ledger = PairedLedger(control_id)  # final scores and how each cell ended
         self.stopped: dict[str, int] = {}  # arm id -> rung step where it stopped
 
-    def carry_over(self, records: list[dict[str, Any]], ends: dict[tuple[str, int], str], stopped: dict[str, int]) -> None:
+    def carry_over(
+        self, records: list[dict[str, Any]], ends: dict[tuple[str, int], str], stopped: dict[str, int]
+    ) -> None:
         """Start from an interrupted search: its results lines, how its (arm id, seed) cells ended, the stopped arms."""
         for r in records:
             self.labels.setdefault(r["arm_id"], r["label"])
@@ -45,8 +54,11 @@ class Progress(Callback):
 
     def leader(self) -> PairedEstimate | None:
         """The searched arm with the highest paired lower bound against the control (>= 2 common seeds)."""
-        estimates = [self.ledger.estimate(arm_id, self.last_step, self.confidence) for arm_id in self.ledger.arms()
-                     if arm_id != self.ledger.control]
+        estimates = [
+            self.ledger.estimate(arm_id, self.last_step, self.confidence)
+            for arm_id in self.ledger.arms()
+            if arm_id != self.ledger.control
+        ]
         return max((e for e in estimates if len(e.seeds) >= 2), key=lambda e: e.low, default=None)
 
     def line(self, event: str) -> str:
@@ -56,8 +68,10 @@ class Progress(Callback):
             parts.append(f"{len(self.stopped)} arm{'s' if len(self.stopped) > 1 else ''} stopped")
         lead = self.leader()
         if lead is not None:
-            parts.append(f"leader by {lead.confidence:.0%} paired lower bound: {self.labels.get(lead.arm, lead.arm)} "
-                         f"Δ={lead.mean:+.2f} [{lead.low:+.2f}, {lead.high:+.2f}] ({len(lead.seeds)} seeds)")
+            parts.append(
+                f"leader by {lead.confidence:.0%} paired lower bound: {self.labels.get(lead.arm, lead.arm)} "
+                f"Δ={lead.mean:+.2f} [{lead.low:+.2f}, {lead.high:+.2f}] ({len(lead.seeds)} seeds)"
+            )
         return " | ".join(parts)
 
     def say(self, event: str) -> None:

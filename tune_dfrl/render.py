@@ -67,22 +67,55 @@ def verdict_table(summary: Summary, name: str, compact: bool = False) -> Table:
     alpha, margin = summary.alpha, summary.equivalence_margin
     t_ci, eq_ci, bca_ci = f"t {1 - alpha:.0%} CI", f"TOST {1 - 2 * alpha:.0%} CI", f"BCa {1 - alpha:.0%} CI (nominal)"
     detect, equivalence = f"seeds to detect +{margin:g}", f"seeds for ±{margin:g} equivalence"
-    full = ["arm", "mean", "Δ", "seeds", "Holm CI (level)", t_ci, eq_ci, bca_ci, "p", "p Holm", "p perm", "p perm Holm",
-            "TOST p", "MDE", detect, equivalence, "verdict"]
+    full = [
+        "arm",
+        "mean",
+        "Δ",
+        "seeds",
+        "Holm CI (level)",
+        t_ci,
+        eq_ci,
+        bca_ci,
+        "p",
+        "p Holm",
+        "p perm",
+        "p perm Holm",
+        "TOST p",
+        "MDE",
+        detect,
+        equivalence,
+        "verdict",
+    ]
     short = ["arm", "mean", "Δ", "Holm CI (level)", t_ci, "p Holm", "verdict"]
     rows = []
     for arm in summary.ranking[name]:
         if arm == control:
-            cells = {"arm": f"{arm} (control)", "mean": _num(summary.means[name][arm], ".2f"), "seeds": str(len(summary.seeds))}
+            cells = {
+                "arm": f"{arm} (control)",
+                "mean": _num(summary.means[name][arm], ".2f"),
+                "seeds": str(len(summary.seeds)),
+            }
         else:
             s = summary.arms[arm][name]
-            cells = {"arm": arm, "mean": _num(s.mean, ".2f"), "Δ": _num(s.delta), "seeds": _seeds_cell(s, summary.seeds),
-                     "Holm CI (level)": f"{_interval(s.ci_low, s.ci_high, UNBOUNDED)} ({s.level:.2%})",
-                     t_ci: _interval(s.t_low, s.t_high, UNBOUNDED), eq_ci: _interval(s.eq_low, s.eq_high, UNBOUNDED),
-                     bca_ci: _interval(s.bca_low, s.bca_high), "p": _num(s.p, ".3g"), "p Holm": _num(s.p_holm, ".3g"),
-                     "p perm": _num(s.p_perm, ".3g"), "p perm Holm": _num(s.p_perm_holm, ".3g"),
-                     "TOST p": _num(s.tost_p, ".3g"), "MDE": _num(s.mde, ".2f") if s.mde is not None else "∞",
-                     detect: str(s.seeds_to_detect), equivalence: str(s.seeds_for_equivalence), "verdict": s.verdict}
+            cells = {
+                "arm": arm,
+                "mean": _num(s.mean, ".2f"),
+                "Δ": _num(s.delta),
+                "seeds": _seeds_cell(s, summary.seeds),
+                "Holm CI (level)": f"{_interval(s.ci_low, s.ci_high, UNBOUNDED)} ({s.level:.2%})",
+                t_ci: _interval(s.t_low, s.t_high, UNBOUNDED),
+                eq_ci: _interval(s.eq_low, s.eq_high, UNBOUNDED),
+                bca_ci: _interval(s.bca_low, s.bca_high),
+                "p": _num(s.p, ".3g"),
+                "p Holm": _num(s.p_holm, ".3g"),
+                "p perm": _num(s.p_perm, ".3g"),
+                "p perm Holm": _num(s.p_perm_holm, ".3g"),
+                "TOST p": _num(s.tost_p, ".3g"),
+                "MDE": _num(s.mde, ".2f") if s.mde is not None else "∞",
+                detect: str(s.seeds_to_detect),
+                equivalence: str(s.seeds_for_equivalence),
+                "verdict": s.verdict,
+            }
         columns = short if compact else full
         rows.append([cells.get(c, "") for c in columns])
     return Table(short if compact else full, rows, caption=f"aggregation `{name}`")
@@ -106,11 +139,15 @@ def _verdict_notes(summary: Summary) -> list[str]:
 
 
 def _rank_tables(summary: Summary) -> list[Table]:
-    pairs = Table(["aggregations", "Spearman ρ", "Kendall τ"],
-                  [[pair, _num(r.spearman, "+.3f"), _num(r.kendall, "+.3f")] for pair, r in summary.rank_correlation.items()],
-                  caption="rank agreement of the arm means (control included) between aggregations")
-    ranges = Table(["aggregation", "range (max − min of arm means)", "ranking (best first)"],
-                   [[name, _num(summary.range[name], ".3f"), ", ".join(summary.ranking[name])] for name in summary.aggregations])
+    pairs = Table(
+        ["aggregations", "Spearman ρ", "Kendall τ"],
+        [[pair, _num(r.spearman, "+.3f"), _num(r.kendall, "+.3f")] for pair, r in summary.rank_correlation.items()],
+        caption="rank agreement of the arm means (control included) between aggregations",
+    )
+    ranges = Table(
+        ["aggregation", "range (max − min of arm means)", "ranking (best first)"],
+        [[name, _num(summary.range[name], ".3f"), ", ".join(summary.ranking[name])] for name in summary.aggregations],
+    )
     return [pairs, ranges]
 
 
@@ -119,10 +156,20 @@ def _leave_out_table(summary: Summary) -> Table:
     for name, kinds in summary.robustness.items():
         for kind, r in kinds.items():
             changes = {a: c for per in r.left_out.values() for a, c in per.verdict_changes.items()}
-            rows.append([name, {"lobo": "one benchmark", "lodo": "one domain"}[kind], _num(r.min_kendall, "+.3f"),
-                         r.min_at, ", ".join(f"{a} ({c})" for a, c in changes.items()) or "none"])
-    return Table(["aggregation", "left out", "min Kendall τ", "at", "arms whose verdict changes"], rows,
-                 caption="Kendall τ between the full ranking and the ranking with one benchmark / domain left out")
+            rows.append(
+                [
+                    name,
+                    {"lobo": "one benchmark", "lodo": "one domain"}[kind],
+                    _num(r.min_kendall, "+.3f"),
+                    r.min_at,
+                    ", ".join(f"{a} ({c})" for a, c in changes.items()) or "none",
+                ]
+            )
+    return Table(
+        ["aggregation", "left out", "min Kendall τ", "at", "arms whose verdict changes"],
+        rows,
+        caption="Kendall τ between the full ranking and the ranking with one benchmark / domain left out",
+    )
 
 
 def _best_table(summary: Summary) -> Table:
@@ -131,8 +178,11 @@ def _best_table(summary: Summary) -> Table:
     prob = summary.prob_best
     rows = [[arm] + [_num(prob[n][arm], ".1%") if prob[n] else "—" for n in names] for arm in arms]
     k = summary.flip_k_used
-    label = (f"winner-flip rate (subsets of {k} seeds, {summary.flip_subsets} subsets)" if k
-             else "winner-flip rate (not computable: fewer than 2 seeds shared by all arms)")
+    label = (
+        f"winner-flip rate (subsets of {k} seeds, {summary.flip_subsets} subsets)"
+        if k
+        else "winner-flip rate (not computable: fewer than 2 seeds shared by all arms)"
+    )
     rows.append([label] + [_num(summary.winner_flip_rate[n], ".1%") for n in names])
     return Table(["arm"] + names, rows, caption="probability of being best (joint seed bootstrap) and winner-flip rate")
 
@@ -153,31 +203,55 @@ def sections(summary: Summary, table: ScoreTable, figures: dict[str, Path]) -> l
     """The report document, top to bottom."""
     rec = summary.recommendation
     source = ", ".join(f"{k}={v}" for k, v in summary.source.items() if v)
-    head = Section("Recommendation", [
-        f"**Recommended: `{rec.recommended}`** ({'the control' if rec.is_control else 'credible winner'}) — {rec.reason}.",
-        _point_best(rec, summary.control),
-        f"Control `{summary.control}`; seeds {', '.join(map(str, summary.seeds))}; aggregations "
-        f"{', '.join(summary.aggregations)} (primary `{summary.primary}`); equivalence margin "
-        f"±{summary.equivalence_margin:g} points; α = {summary.alpha}.",
-        f"Decision rule: {summary.decision_rule}",
-        f"Source: {source}.",
-    ])
+    head = Section(
+        "Recommendation",
+        [
+            f"**Recommended: `{rec.recommended}`** ({'the control' if rec.is_control else 'credible winner'}) — {rec.reason}.",
+            _point_best(rec, summary.control),
+            f"Control `{summary.control}`; seeds {', '.join(map(str, summary.seeds))}; aggregations "
+            f"{', '.join(summary.aggregations)} (primary `{summary.primary}`); equivalence margin "
+            f"±{summary.equivalence_margin:g} points; α = {summary.alpha}.",
+            f"Decision rule: {summary.decision_rule}",
+            f"Source: {source}.",
+        ],
+    )
     alpha = summary.alpha
-    out = [head, Section("Verdicts", _verdict_notes(summary), tables=[verdict_table(summary, n) for n in summary.aggregations]),
-           Section("Forest plot", [f"Paired Δ vs the control, the intervals that decide: thin line the Holm-adjusted "
-                                   f"interval at its level (better / worse when it excludes 0); thick bar the "
-                                   f"{1 - 2 * alpha:.0%} interval (equivalent when inside the shaded ±margin band); an "
-                                   f"arrow marks an unbounded end. The unadjusted t and BCa intervals are in the tables "
-                                   f"only."], figures=["forest"])]
+    out = [
+        head,
+        Section("Verdicts", _verdict_notes(summary), tables=[verdict_table(summary, n) for n in summary.aggregations]),
+        Section(
+            "Forest plot",
+            [
+                f"Paired Δ vs the control, the intervals that decide: thin line the Holm-adjusted "
+                f"interval at its level (better / worse when it excludes 0); thick bar the "
+                f"{1 - 2 * alpha:.0%} interval (equivalent when inside the shaded ±margin band); an "
+                f"arrow marks an unbounded end. The unadjusted t and BCa intervals are in the tables "
+                f"only."
+            ],
+            figures=["forest"],
+        ),
+    ]
     if "curves" in figures:
-        out.append(Section("Learning curves", [f"Paired Δ on `{summary.primary}` vs training step with its "
-                                               f"{1 - summary.alpha:.0%} t-interval band."], figures=["curves"]))
+        out.append(
+            Section(
+                "Learning curves",
+                [f"Paired Δ on `{summary.primary}` vs training step with its {1 - summary.alpha:.0%} t-interval band."],
+                figures=["curves"],
+            )
+        )
     out += [
         Section("Probability of being best and winner flips", tables=[_best_table(summary)]),
         Section("Rank robustness across aggregations", tables=_rank_tables(summary)),
         Section("Leave-one-out robustness", tables=[_leave_out_table(summary)]),
-        Section("Benchmarks", [f"Subset `{s}`: {', '.join(m)}" for s, m in table.bench.subsets.items()],
-                tables=[Table(["benchmark", "domain", "items"], [[b.name, b.domain, str(b.items)] for b in table.bench.benchmarks])]),
+        Section(
+            "Benchmarks",
+            [f"Subset `{s}`: {', '.join(m)}" for s, m in table.bench.subsets.items()],
+            tables=[
+                Table(
+                    ["benchmark", "domain", "items"], [[b.name, b.domain, str(b.items)] for b in table.bench.benchmarks]
+                )
+            ],
+        ),
     ]
     if summary.sequential:
         out.append(sequential_section(summary.sequential))
@@ -190,27 +264,63 @@ def sequential_section(history: dict) -> Section:
     """seeds=auto (OUT/sequential.json, `tune_dfrl.seed_batches`): each look, the seeds each arm received, final verdicts."""
     rule, looks, label = history["rule"], history["looks"], history["labels"].get
     last = looks[-1] if looks else {"states": {}, "out": {}, "handed": {}}
-    text = [f"Seeds in batches: start {rule['start']}, batch {rule['batch']}, max {rule['max']}; group-sequential "
-            f"O'Brien-Fleming-type alpha spending at α = {rule['alpha']} over the searched arms with Holm recycling, "
-            f"non-binding futility (upper {rule['futility_confidence']:.0%} bound below {rule['futility_margin']:g} "
-            "points); docs/readme_decisions.md. These verdicts hold under the optional stopping; the tables above "
-            "analyse every seed as if their number had been fixed.",
-            f"**Recommended by the sequential looks: `{label(history['recommended'])}`**"
-            + ("" if history["finished"] else " (the looks have not ended)") + "."]
-    rows = [[str(k["number"]), str(k["seeds"]), f"{k['boundary']:.3f}", f"{k['level']:.2g}",
-             ", ".join([f"{label(arm)}: {state['status']}" for arm, state in k["states"].items()]
-                       + [f"{label(arm)}: out" for arm in k["out"]]) or "—",
-             ", ".join(map(str, k["next_seeds"])) or "— (end)"] for k in looks]
-    verdicts = [[label(arm), state["status"], str(state["seeds"]), str(state["look"]), _num(state["mean"]),
-                 _interval(state["low"], state["high"])] for arm, state in last["states"].items()]
+    text = [
+        f"Seeds in batches: start {rule['start']}, batch {rule['batch']}, max {rule['max']}; group-sequential "
+        f"O'Brien-Fleming-type alpha spending at α = {rule['alpha']} over the searched arms with Holm recycling, "
+        f"non-binding futility (upper {rule['futility_confidence']:.0%} bound below {rule['futility_margin']:g} "
+        "points); docs/readme_decisions.md. These verdicts hold under the optional stopping; the tables above "
+        "analyse every seed as if their number had been fixed.",
+        f"**Recommended by the sequential looks: `{label(history['recommended'])}`**"
+        + ("" if history["finished"] else " (the looks have not ended)")
+        + ".",
+    ]
+    rows = [
+        [
+            str(k["number"]),
+            str(k["seeds"]),
+            f"{k['boundary']:.3f}",
+            f"{k['level']:.2g}",
+            ", ".join(
+                [f"{label(arm)}: {state['status']}" for arm, state in k["states"].items()]
+                + [f"{label(arm)}: out" for arm in k["out"]]
+            )
+            or "—",
+            ", ".join(map(str, k["next_seeds"])) or "— (end)",
+        ]
+        for k in looks
+    ]
+    verdicts = [
+        [
+            label(arm),
+            state["status"],
+            str(state["seeds"]),
+            str(state["look"]),
+            _num(state["mean"]),
+            _interval(state["low"], state["high"]),
+        ]
+        for arm, state in last["states"].items()
+    ]
     verdicts += [[label(arm), f"out: {why}", "", "", "", ""] for arm, why in last["out"].items()]
-    return Section("Sequential seeds", text, tables=[
-        Table(["look", "seeds", "boundary z", "nominal p", "arms", "seeds handed next"], rows,
-              "boundary and nominal two-sided level of an arm tested at α / K (before Holm recycling)"),
-        Table(["arm", "seeds received"], [[label(arm), ", ".join(map(str, seeds))] for arm, seeds in last["handed"].items()]),
-        Table(["arm", "verdict", "seeds", "look", "mean Δ", "interval"], verdicts,
-              "intervals at the common nominal level α / K of each arm's last look (repeated confidence intervals)"),
-    ])
+    return Section(
+        "Sequential seeds",
+        text,
+        tables=[
+            Table(
+                ["look", "seeds", "boundary z", "nominal p", "arms", "seeds handed next"],
+                rows,
+                "boundary and nominal two-sided level of an arm tested at α / K (before Holm recycling)",
+            ),
+            Table(
+                ["arm", "seeds received"],
+                [[label(arm), ", ".join(map(str, seeds))] for arm, seeds in last["handed"].items()],
+            ),
+            Table(
+                ["arm", "verdict", "seeds", "look", "mean Δ", "interval"],
+                verdicts,
+                "intervals at the common nominal level α / K of each arm's last look (repeated confidence intervals)",
+            ),
+        ],
+    )
 
 
 # ------------------------------------------------------------------------------------ figures
@@ -225,7 +335,9 @@ def forest_plot(summary: Summary, path: Path) -> Path:
     names = summary.aggregations
     arms = [a for a in summary.ranking[summary.primary] if a in summary.arms]
     margin = summary.equivalence_margin
-    fig, axes = plt.subplots(1, len(names), figsize=(2.8 * len(names) + 1.6, 0.42 * len(arms) + 1.5), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(names), figsize=(2.8 * len(names) + 1.6, 0.42 * len(arms) + 1.5), sharey=True, squeeze=False
+    )
     for ax, name in zip(axes[0], names):
         stats = [summary.arms[arm][name] for arm in arms]
         shown = [v for s in stats for v in (s.ci_low, s.ci_high, s.eq_low, s.eq_high, s.delta) if v is not None]
@@ -261,8 +373,11 @@ def learning_curves(summary: Summary, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for arm, points in summary.curves.items():
         steps = [p.step for p in points]
-        line, = ax.plot(steps, [p.delta for p in points], marker="o", ms=3, label=arm)
-        band = [[math.nan if v is None else v for v in ends] for ends in ([p.ci_low for p in points], [p.ci_high for p in points])]  # None: unbounded
+        (line,) = ax.plot(steps, [p.delta for p in points], marker="o", ms=3, label=arm)
+        band = [
+            [math.nan if v is None else v for v in ends]
+            for ends in ([p.ci_low for p in points], [p.ci_high for p in points])
+        ]  # None: unbounded
         ax.fill_between(steps, *band, color=line.get_color(), alpha=0.15)
     margin = summary.equivalence_margin
     ax.axhspan(-margin, margin, color="#cccccc", alpha=0.35, lw=0)
@@ -318,11 +433,15 @@ def html_document(parts: list[Section], figures: dict[str, Path]) -> str:
         for key in section.figures:
             data = base64.b64encode(figures[key].read_bytes()).decode()
             body.append(f'<img alt="{key}" src="data:image/png;base64,{data}">')
-    style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;color:#222}"
-             "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px}"
-             "th{background:#f0f0f0}caption{text-align:left;font-style:italic;padding:4px}img{max-width:100%}")
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>tune_dfrl report</title>"
-            f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
+    style = (
+        "body{font-family:sans-serif;max-width:1200px;margin:2em auto;color:#222}"
+        "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px}"
+        "th{background:#f0f0f0}caption{text-align:left;font-style:italic;padding:4px}img{max-width:100%}"
+    )
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>tune_dfrl report</title>"
+        f"<style>{style}</style></head><body>{''.join(body)}</body></html>"
+    )
 
 
 def write_report(summary: Summary, table: ScoreTable, out_dir: Path) -> dict[str, Path]:

@@ -59,8 +59,11 @@ DECISION_RULE = (
 
 def default_control(table: ScoreTable) -> str:
     """The one arm whose method (or name) is baseline or static; else an error asking for control=."""
-    found = [arm for arm in table.arms
-             if arm in CONTROL_METHODS or table.arm_info.get(arm, {}).get("method") in CONTROL_METHODS]
+    found = [
+        arm
+        for arm in table.arms
+        if arm in CONTROL_METHODS or table.arm_info.get(arm, {}).get("method") in CONTROL_METHODS
+    ]
     if len(found) != 1:
         raise ValueError(f"cannot infer the control arm ({len(found)} candidates among {table.arms}); set control=NAME")
     return found[0]
@@ -97,8 +100,10 @@ def _pair_arms(keys: pd.DataFrame, control: str) -> tuple[list[int], list[str], 
             continue
         shared = sorted(set(seeds) & set(control_seeds))
         if len(shared) < 2:
-            excluded[arm] = (f"shares {len(shared)} seed(s) with the control {control!r} (arm seeds {seeds}, control seeds "
-                             f"{control_seeds}); a paired comparison needs at least 2")
+            excluded[arm] = (
+                f"shares {len(shared)} seed(s) with the control {control!r} (arm seeds {seeds}, control seeds "
+                f"{control_seeds}); a paired comparison needs at least 2"
+            )
             continue
         arms.append(arm)
         if unpaired := sorted(set(seeds) - set(control_seeds)):
@@ -106,12 +111,22 @@ def _pair_arms(keys: pd.DataFrame, control: str) -> tuple[list[int], list[str], 
         if lacking := sorted(set(control_seeds) - set(seeds)):
             notes.append(f"arm {arm!r}: no run at control seeds {lacking}; compared on {len(shared)} seeds")
     if not arms:
-        raise ValueError(f"no arm shares at least 2 seeds with the control {control!r}: {excluded or 'the table has no other arm'}")
+        raise ValueError(
+            f"no arm shares at least 2 seeds with the control {control!r}: {excluded or 'the table has no other arm'}"
+        )
     return control_seeds, arms, excluded, notes
 
 
-def _robustness(scores: _Scores, name: str, means: pd.Series, verdicts: dict[str, str], delta: float, alpha: float,
-                family: int, notes: list[str]) -> dict:
+def _robustness(
+    scores: _Scores,
+    name: str,
+    means: pd.Series,
+    verdicts: dict[str, str],
+    delta: float,
+    alpha: float,
+    family: int,
+    notes: list[str],
+) -> dict:
     """Leave-one-benchmark-out and leave-one-domain-out: Kendall/Spearman vs the full ranking, verdict changes
     (re-tested with the main analysis's Holm family size).
 
@@ -131,20 +146,33 @@ def _robustness(scores: _Scores, name: str, means: pd.Series, verdicts: dict[str
                 continue  # nothing left, or nothing changes
             matrix = scores.matrix(name, drop)
             if undefined := scores.undefined(matrix):
-                notes.append(f"robustness of '{name}' without {key!r} skipped: the score is undefined for "
-                             f"{len(undefined)} run(s) on the remaining benchmarks (e.g. no response characters)")
+                notes.append(
+                    f"robustness of '{name}' without {key!r} skipped: the score is undefined for "
+                    f"{len(undefined)} run(s) on the remaining benchmarks (e.g. no response characters)"
+                )
                 continue
-            reduced = paired_verdicts(matrix.iloc[0].to_numpy(), {a: matrix.loc[a].to_numpy() for a in verdicts}, delta, alpha,
-                                      family_size=family)
+            reduced = paired_verdicts(
+                matrix.iloc[0].to_numpy(),
+                {a: matrix.loc[a].to_numpy() for a in verdicts},
+                delta,
+                alpha,
+                family_size=family,
+            )
             changes = {a: f"{verdicts[a]} -> {v.verdict}" for a, v in reduced.items() if v.verdict != verdicts[a]}
             reduced_means = matrix.mean(axis=1)
-            per[key] = {**rank_agreement(means.to_numpy(), reduced_means.to_numpy()),
-                        "winner": str(reduced_means.idxmax()), "verdict_changes": changes}
+            per[key] = {
+                **rank_agreement(means.to_numpy(), reduced_means.to_numpy()),
+                "winner": str(reduced_means.idxmax()),
+                "verdict_changes": changes,
+            }
         if per:
             worst = min(per, key=lambda k: np.nan_to_num(per[k]["kendall"], nan=np.inf))
-            out[kind] = {"min_kendall": per[worst]["kendall"], "min_at": worst,
-                         "arms_changing_verdict": sorted({a for v in per.values() for a in v["verdict_changes"]}),
-                         "left_out": per}
+            out[kind] = {
+                "min_kendall": per[worst]["kendall"],
+                "min_at": worst,
+                "arms_changing_verdict": sorted({a for v in per.values() for a in v["verdict_changes"]}),
+                "left_out": per,
+            }
     return out
 
 
@@ -164,8 +192,9 @@ def _curves(table: ScoreTable, name: str, control: str, arms: list[str], alpha: 
         for step in sorted(table.frame["step"].unique()):
             e = ledger.estimate(arm, int(step), 1 - alpha)
             if len(e.seeds) >= 2:
-                curves.setdefault(arm, []).append({"step": e.step, "delta": e.mean, "ci_low": e.low, "ci_high": e.high,
-                                                   "n": len(e.seeds)})
+                curves.setdefault(arm, []).append(
+                    {"step": e.step, "delta": e.mean, "ci_low": e.low, "ci_high": e.high, "n": len(e.seeds)}
+                )
     return curves
 
 
@@ -176,14 +205,24 @@ def _flip_size(flip_k: int, common: int, notes: list[str]) -> int | None:
         notes.append(f"winner-flip rate needs at least 2 seeds shared by all arms; there are {common}")
         return None
     if flip_k >= common:
-        notes.append(f"winner-flip rate over subsets of {common - 1} of the {common} seeds shared by all arms "
-                     f"(flip_k={flip_k} needs more than {flip_k} seeds)")
+        notes.append(
+            f"winner-flip rate over subsets of {common - 1} of the {common} seeds shared by all arms "
+            f"(flip_k={flip_k} needs more than {flip_k} seeds)"
+        )
         return common - 1
     return flip_k
 
 
-def analyze(table: ScoreTable, control: str, aggregations: list[str] | str | None = None, delta: float = 1.0,
-            alpha: float = 0.05, seed: int = 0, flip_k: int = 3, family_size: int | None = None) -> Summary:
+def analyze(
+    table: ScoreTable,
+    control: str,
+    aggregations: list[str] | str | None = None,
+    delta: float = 1.0,
+    alpha: float = 0.05,
+    seed: int = 0,
+    flip_k: int = 3,
+    family_size: int | None = None,
+) -> Summary:
     """The summary.json content of a score table (module docstring); deterministic under `seed`.
 
     `family_size`: the Holm family when the table holds only some arms of a search (the others
@@ -202,11 +241,19 @@ def analyze(table: ScoreTable, control: str, aggregations: list[str] | str | Non
     seeds, arms, excluded, notes = _pair_arms(runs.keys, control)
     family = max(len(arms) + len(excluded), family_size or 0)  # DESIGN §7: the family is the whole search
     scores = _Scores(final.bench, runs, control, arms, seeds)
-    notes = list(final.notes) + notes + [f"excluded arm {a!r}: {why}; it stays in the Holm family" for a, why in excluded.items()]
+    notes = (
+        list(final.notes)
+        + notes
+        + [f"excluded arm {a!r}: {why}; it stays in the Holm family" for a, why in excluded.items()]
+    )
     if final.has_steps:
         last = final.frame.groupby("arm")["step"].max()
-        notes += [f"arm {a!r} ends at step {last[a]}, the control at {last[control]}: its deltas compare different "
-                  f"training lengths" for a in arms if last[a] != last[control]]
+        notes += [
+            f"arm {a!r} ends at step {last[a]}, the control at {last[control]}: its deltas compare different "
+            f"training lengths"
+            for a in arms
+            if last[a] != last[control]
+        ]
 
     per_arm: dict[str, dict[str, dict]] = {arm: {} for arm in arms}
     means, verdicts_by_agg, prob, flips, ranking, joints, robustness = {}, {}, {}, {}, {}, {}, {}
@@ -214,24 +261,38 @@ def analyze(table: ScoreTable, control: str, aggregations: list[str] | str | Non
         matrix = scores.matrix(name)
         if undefined := scores.undefined(matrix):
             arm, seed = undefined[0]
-            raise ValueError(f"aggregation {name!r} is undefined (NaN) for {len(undefined)} run(s), e.g. arm {arm!r} seed "
-                             f"{seed} (efficiency needs response characters); choose other aggregations=")
+            raise ValueError(
+                f"aggregation {name!r} is undefined (NaN) for {len(undefined)} run(s), e.g. arm {arm!r} seed "
+                f"{seed} (efficiency needs response characters); choose other aggregations="
+            )
         control_row = matrix.loc[control].to_numpy()
-        verdicts = paired_verdicts(control_row, {a: matrix.loc[a].to_numpy() for a in arms}, delta, alpha,
-                                   bootstrap=True, rng=rng, family_size=family)
+        verdicts = paired_verdicts(
+            control_row,
+            {a: matrix.loc[a].to_numpy() for a in arms},
+            delta,
+            alpha,
+            bootstrap=True,
+            rng=rng,
+            family_size=family,
+        )
         arm_means = matrix.mean(axis=1)
         for arm, v in verdicts.items():
             shared = matrix.loc[arm].notna()
-            per_arm[arm][name] = {"mean": arm_means[arm], "control_mean": matrix.loc[control, shared].mean(),
-                                  "seeds": [s for s, ran in shared.items() if ran], **asdict(v),
-                                  **power_figures(v, delta, alpha, family)}
+            per_arm[arm][name] = {
+                "mean": arm_means[arm],
+                "control_mean": matrix.loc[control, shared].mean(),
+                "seeds": [s for s, ran in shared.items() if ran],
+                **asdict(v),
+                **power_figures(v, delta, alpha, family),
+            }
         means[name] = arm_means.to_dict()
         ranking[name] = list(arm_means.sort_values(ascending=False, kind="stable").index)
         verdicts_by_agg[name] = verdicts
         joints[name] = joint = matrix.loc[:, matrix.notna().all(axis=0)].to_numpy()
         prob[name] = dict(zip(matrix.index, prob_best(joint, rng))) if joint.shape[1] >= 2 else None
-        robustness[name] = _robustness(scores, name, arm_means, {a: v.verdict for a, v in verdicts.items()}, delta, alpha,
-                                      family, notes)
+        robustness[name] = _robustness(
+            scores, name, arm_means, {a: v.verdict for a, v in verdicts.items()}, delta, alpha, family, notes
+        )
 
     common = joint.shape[1]  # seeds shared by every compared arm and the control (the same under every aggregation)
     flip_used = _flip_size(flip_k, common, notes)
@@ -241,10 +302,14 @@ def analyze(table: ScoreTable, control: str, aggregations: list[str] | str | Non
         notes.append(f"probability of being best needs at least 2 seeds shared by all arms; there are {common}")
     primary = aggregations[0]
     open_arms = [a for a in arms if per_arm[a][primary]["verdict"] == "inconclusive"]
-    pairs = [(a, b) for i, a in enumerate(aggregations) for b in aggregations[i + 1:]]
-    recommendation = recommend(verdicts_by_agg[primary], control, delta,
-                               max((per_arm[a][primary]["seeds_to_detect"] for a in open_arms), default=None),
-                               max((per_arm[a][primary]["seeds_for_equivalence"] for a in open_arms), default=None))
+    pairs = [(a, b) for i, a in enumerate(aggregations) for b in aggregations[i + 1 :]]
+    recommendation = recommend(
+        verdicts_by_agg[primary],
+        control,
+        delta,
+        max((per_arm[a][primary]["seeds_to_detect"] for a in open_arms), default=None),
+        max((per_arm[a][primary]["seeds_for_equivalence"] for a in open_arms), default=None),
+    )
     summary = {
         "source": dict(table.origin),
         "control": control,
@@ -268,13 +333,19 @@ def analyze(table: ScoreTable, control: str, aggregations: list[str] | str | Non
         "prob_best": prob,
         "winner_flip_rate": flips,
         "flip_subsets": flip_subsets,
-        "rank_correlation": {f"{a}~{b}": rank_agreement(pd.Series(means[a]).to_numpy(), pd.Series(means[b]).to_numpy())
-                             for a, b in pairs},
+        "rank_correlation": {
+            f"{a}~{b}": rank_agreement(pd.Series(means[a]).to_numpy(), pd.Series(means[b]).to_numpy()) for a, b in pairs
+        },
         "range": {name: max(means[name].values()) - min(means[name].values()) for name in aggregations},
         "robustness": robustness,
         "curves": _curves(table, primary, control, arms, alpha),
-        "arm_seeds": {arm: sorted(final.frame.loc[final.frame["arm"] == arm, "seed"].unique().tolist()) for arm in [control, *arms]},
-        "arm_steps": ({arm: int(s) for arm, s in final.frame.groupby("arm")["step"].max().items()} if final.has_steps else {}),
+        "arm_seeds": {
+            arm: sorted(final.frame.loc[final.frame["arm"] == arm, "seed"].unique().tolist())
+            for arm in [control, *arms]
+        },
+        "arm_steps": (
+            {arm: int(s) for arm, s in final.frame.groupby("arm")["step"].max().items()} if final.has_steps else {}
+        ),
         "arm_info": table.arm_info,
         "benchmarks": table.bench.to_mapping(),
         "excluded": excluded,
@@ -299,8 +370,10 @@ def _load(cfg: Any) -> ScoreTable:
     the config as the string 'db', which the CLI would split into letters).
     """
     if isinstance(cfg.aggregations, str):
-        raise ValueError(f"aggregations={cfg.aggregations} is one string, not a list; write aggregations=[{cfg.aggregations}] "
-                         "(several: aggregations=[db,macro])")
+        raise ValueError(
+            f"aggregations={cfg.aggregations} is one string, not a list; write aggregations=[{cfg.aggregations}] "
+            "(several: aggregations=[db,macro])"
+        )
     bench = BenchmarkSet.from_file(cfg.benchmarks) if cfg.benchmarks else None
     if bool(cfg.runs) == bool(cfg.experiment):
         raise ValueError("give exactly one source: runs=PATH (a CSV or a search output directory) or experiment=NAME")
@@ -318,8 +391,15 @@ def _load(cfg: Any) -> ScoreTable:
 
 def _main(cfg: Any) -> None:
     table = _load(cfg)
-    summary = analyze(table, cfg.control or default_control(table), list(cfg.aggregations or []) or None,
-                      cfg.delta, cfg.alpha, cfg.seed, cfg.flip_k)
+    summary = analyze(
+        table,
+        cfg.control or default_control(table),
+        list(cfg.aggregations or []) or None,
+        cfg.delta,
+        cfg.alpha,
+        cfg.seed,
+        cfg.flip_k,
+    )
     runs_dir = Path(cfg.runs) if cfg.runs and Path(cfg.runs).is_dir() else None
     if runs_dir is not None and (runs_dir / HISTORY_FILE).exists():  # seeds=auto: the looks' section
         summary = replace(summary, sequential=json.loads((runs_dir / HISTORY_FILE).read_text()))

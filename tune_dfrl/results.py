@@ -42,7 +42,7 @@ def milestone_record(arm: Mapping[str, Any], seed: int, result: Mapping[str, Any
         "threads": int(result["threads"]),  # torch threads the trial trained with
     }
     for prefix, field in RESULT_PREFIXES.items():
-        record[field] = {k[len(prefix):]: float(v) for k, v in result.items() if k.startswith(prefix)}
+        record[field] = {k[len(prefix) :]: float(v) for k, v in result.items() if k.startswith(prefix)}
     record["replayed"] = bool(result.get("replayed", False))
     return record
 
@@ -127,10 +127,18 @@ class ResultsLog(Callback):
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         arm, seed = trial.config["arm"], int(trial.config["seed"])
-        error = Path(trial.error_file).read_text().strip() if trial.error_file and Path(trial.error_file).exists() else ""
-        append_record(self.failures, {"arm_id": arm["arm_id"], "label": arm["label"], "seed": seed,
-                                     "step": int((trial.last_result or {}).get("step", 0)),
-                                     "failures": int(trial.num_failures), "error": error.splitlines()[-1] if error else "",
-                                     "attempt": self.attempt})
-
-
+        error = (
+            Path(trial.error_file).read_text().strip() if trial.error_file and Path(trial.error_file).exists() else ""
+        )
+        append_record(
+            self.failures,
+            {
+                "arm_id": arm["arm_id"],
+                "label": arm["label"],
+                "seed": seed,
+                "step": int((trial.last_result or {}).get("step", 0)),
+                "failures": int(trial.num_failures),
+                "error": error.splitlines()[-1] if error else "",
+                "attempt": self.attempt,
+            },
+        )

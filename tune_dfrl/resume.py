@@ -52,7 +52,9 @@ def hold_folder(out: Path) -> int:
         os.close(fd)
         raise _in_use(out, holder) from None
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S %Z')}".encode(), 0)
+    os.pwrite(
+        fd, f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S %Z')}".encode(), 0
+    )
     return fd
 
 
@@ -70,8 +72,10 @@ def check_folder_free(out: Path) -> None:
 
 
 def _in_use(out: Path, holder: str) -> FolderInUse:
-    return FolderInUse(f"{out} is in use by another search ({holder or 'holder unknown'}); one search per folder: "
-                       "wait for it to end (then resume=true continues it), or choose another out=DIR")
+    return FolderInUse(
+        f"{out} is in use by another search ({holder or 'holder unknown'}); one search per folder: "
+        "wait for it to end (then resume=true continues it), or choose another out=DIR"
+    )
 
 
 def state_dir(out: Path) -> Path:
@@ -102,7 +106,11 @@ def differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[s
     """`key.sub: stored -> current` for each leaf that differs between two JSON-like mappings, shallowest first."""
     old, new = _leaves(stored), _leaves(current)
     keys = sorted(old.keys() | new.keys(), key=lambda k: (k.count("."), k))
-    return [f"{key}: {old.get(key, '(absent)')!r} -> {new.get(key, '(absent)')!r}" for key in keys if old.get(key) != new.get(key)]
+    return [
+        f"{key}: {old.get(key, '(absent)')!r} -> {new.get(key, '(absent)')!r}"
+        for key in keys
+        if old.get(key) != new.get(key)
+    ]
 
 
 def describe_differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> str:

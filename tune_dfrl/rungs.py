@@ -55,7 +55,9 @@ class RungRule:
     eta: float = SchedulerSettings.eta  # paired_asha keeps the top ceil(n/eta) arms by mean paired delta (at least 1)
     confidence: float = SchedulerSettings.confidence  # two-sided level of the paired t-interval of (candidate - leader)
     min_seeds: int = SchedulerSettings.min_seeds  # fewer common seeds than this -> always keep
-    grace_fraction: float = SchedulerSettings.grace_fraction  # milestones before this fraction of the last are not rungs
+    grace_fraction: float = (
+        SchedulerSettings.grace_fraction
+    )  # milestones before this fraction of the last are not rungs
 
     def __post_init__(self) -> None:
         checked("scheduler.name", self.mode, OneOf(PAIRED_SCHEDULERS))
@@ -121,7 +123,9 @@ def decide(candidate: str, deltas: Mapping[str, Mapping[int, float]], rule: Rung
         )
     diffs = np.array([deltas[candidate][s] - deltas[leader][s] for s in common], dtype=np.float64)
     low, high = (float(end) for end in paired_interval(diffs.mean(), diffs.std(ddof=1), diffs.size, rule.confidence))
-    interval = f"{rule.confidence:.0%} interval of (candidate - {leader!r}) over {len(common)} seeds [{low:.3g}, {high:.3g}]"
+    interval = (
+        f"{rule.confidence:.0%} interval of (candidate - {leader!r}) over {len(common)} seeds [{low:.3g}, {high:.3g}]"
+    )
     if high < 0.0:
         return RungDecision(False, f"credibly worse than the leader: {interval}", leader)
     return RungDecision(True, f"not credibly worse than the leader: {interval}", leader)

@@ -112,10 +112,14 @@ class RungBook:
 
     def _unpaired(self, arm: str, rung: int) -> ArmDecision:
         """Stop an arm that has no seed left to pair with the control (its or the control's trials all failed)."""
-        failed = {who: sorted(self.ledger.seeds_ended(of, FAILED))
-                  for who, of in (("this arm", arm), ("the control", self.control))}
+        failed = {
+            who: sorted(self.ledger.seeds_ended(of, FAILED))
+            for who, of in (("this arm", arm), ("the control", self.control))
+        }
         which = "; ".join(f"{who} failed at seeds {seeds}" for who, seeds in failed.items() if seeds)
-        decided = ArmDecision(arm, rung, (), RungDecision(False, f"no seed left to pair with the control ({which})", None))
+        decided = ArmDecision(
+            arm, rung, (), RungDecision(False, f"no seed left to pair with the control ({which})", None)
+        )
         self.decisions[(arm, rung)] = decided
         return decided
 
@@ -129,8 +133,10 @@ class RungBook:
     def _decide(self, arm: str, rung: int, seeds: tuple[int, ...]) -> ArmDecision:
         """decide() on the paired deltas at `rung` of the arms decided there before (on their own seeds), `arm`, and
         the control (0 at each of its seeds)."""
-        table = {other: self.ledger.paired_deltas(other, rung, self.decisions[(other, rung)].seeds)
-                 for other in self._decided_at[rung]}
+        table = {
+            other: self.ledger.paired_deltas(other, rung, self.decisions[(other, rung)].seeds)
+            for other in self._decided_at[rung]
+        }
         table[arm] = self.ledger.paired_deltas(arm, rung, seeds)
         table[self.control] = dict.fromkeys(self.ledger.scores(self.control, rung), 0.0)
         decided = ArmDecision(arm, rung, seeds, decide(arm, table, self.rule))
@@ -224,7 +230,11 @@ class PairedScheduler(TrialScheduler):
             if decided.decision.keep:
                 continue
             for trial in tune_controller.get_trials():
-                if trial is not current and trial.status in (Trial.PAUSED, Trial.PENDING) and _cell(trial)[0] == decided.arm:
+                if (
+                    trial is not current
+                    and trial.status in (Trial.PAUSED, Trial.PENDING)
+                    and _cell(trial)[0] == decided.arm
+                ):
                     tune_controller.stop_trial(trial)
 
 

@@ -28,8 +28,13 @@ if TYPE_CHECKING:
     from tune_dfrl.scores import BenchmarkSet
 
 SCORE, ACCURACY, LENGTH, FORMAT_FAILURE, TRAIN = "score/", "acc/", "len/", "fmt_fail/", "train/"
-RESULT_PREFIXES = {ACCURACY: "accuracy", LENGTH: "length_chars", FORMAT_FAILURE: "format_failure", SCORE: "aggregates",
-                   TRAIN: "train"}  # flat key prefix -> field of a Milestone and of a results line
+RESULT_PREFIXES = {
+    ACCURACY: "accuracy",
+    LENGTH: "length_chars",
+    FORMAT_FAILURE: "format_failure",
+    SCORE: "aggregates",
+    TRAIN: "train",
+}  # flat key prefix -> field of a Milestone and of a results line
 BUILTIN_AGGREGATIONS = ("db", "macro", "item", "efficiency")  # named benchmark subsets add their own
 
 
@@ -55,8 +60,10 @@ def check_aggregations(names: list[str], bench: BenchmarkSet, has_lengths: bool)
     """Raise ValueError naming any aggregation that is unknown or (efficiency) lacks lengths; the allowed
     names listed are the ones this table offers (efficiency only with response lengths)."""
     if "efficiency" in names and not has_lengths:
-        raise ValueError("aggregation 'efficiency' needs response lengths (length_chars), which this score table lacks; "
-                         f"allowed: {', '.join(default_aggregations(bench, has_lengths))}")
+        raise ValueError(
+            "aggregation 'efficiency' needs response lengths (length_chars), which this score table lacks; "
+            f"allowed: {', '.join(default_aggregations(bench, has_lengths))}"
+        )
     allowed = default_aggregations(bench, has_lengths)
     unknown = [n for n in names if n not in allowed]
     if unknown:
@@ -90,8 +97,13 @@ def weights(name: str, bench: BenchmarkSet, drop: Collection[str] = ()) -> np.nd
     return w / w.sum()
 
 
-def aggregate(accuracy: np.ndarray, name: str, bench: BenchmarkSet, length_chars: np.ndarray | None = None,
-              drop: Collection[str] = ()) -> np.ndarray:
+def aggregate(
+    accuracy: np.ndarray,
+    name: str,
+    bench: BenchmarkSet,
+    length_chars: np.ndarray | None = None,
+    drop: Collection[str] = (),
+) -> np.ndarray:
     """Aggregate [..., B] accuracies (%) to [...] scores under `name` (see the module docstring)."""
     if name != "efficiency":
         return accuracy @ weights(name, bench, drop)
@@ -106,8 +118,9 @@ def aggregate(accuracy: np.ndarray, name: str, bench: BenchmarkSet, length_chars
         return np.where(characters > 0, 1000.0 * correct / characters, np.nan)  # no characters: undefined, not 0
 
 
-def milestone_aggregates(accuracy: Mapping[str, float], length_chars: Mapping[str, float],
-                         bench: BenchmarkSet) -> dict[str, float]:
+def milestone_aggregates(
+    accuracy: Mapping[str, float], length_chars: Mapping[str, float], bench: BenchmarkSet
+) -> dict[str, float]:
     """A backend's milestone aggregates: every default aggregation of one run's per-benchmark accuracies (%),
     efficiency when `length_chars` covers every benchmark."""
     has_lengths = set(length_chars) >= set(bench.names)
@@ -229,7 +242,9 @@ class Summary:
     rank_correlation: dict[str, RankAgreement] = field(default_factory=dict)  # "a~b" (two aggregations)
     range: dict[str, float] = field(default_factory=dict)
     robustness: dict[str, dict[str, Robustness]] = field(default_factory=dict)  # aggregation -> lobo | lodo
-    curves: dict[str, list[CurvePoint]] = field(default_factory=dict)  # arm -> its points, by step (primary aggregation)
+    curves: dict[str, list[CurvePoint]] = field(
+        default_factory=dict
+    )  # arm -> its points, by step (primary aggregation)
     arm_seeds: dict[str, list[int]] = field(default_factory=dict)
     arm_steps: dict[str, int] = field(default_factory=dict)
     arm_info: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -245,13 +260,29 @@ class Summary:
         """From the JSON form (`to_dict`); an unknown or missing key is a ValueError naming it."""
         data = json_safe(dict(data))
         try:
-            return cls(**{**data, "recommendation": Recommendation(**data["recommendation"]),
-                          "arms": {arm: {name: ArmStats(**s) for name, s in by_name.items()}
-                                   for arm, by_name in data.get("arms", {}).items()},
-                          "rank_correlation": {pair: RankAgreement(**r) for pair, r in data.get("rank_correlation", {}).items()},
-                          "robustness": {name: {kind: Robustness(**{**r, "left_out": {k: LeftOut(**v) for k, v in r["left_out"].items()}})
-                                                for kind, r in kinds.items()} for name, kinds in data.get("robustness", {}).items()},
-                          "curves": {arm: [CurvePoint(**p) for p in points] for arm, points in data.get("curves", {}).items()}})
+            return cls(
+                **{
+                    **data,
+                    "recommendation": Recommendation(**data["recommendation"]),
+                    "arms": {
+                        arm: {name: ArmStats(**s) for name, s in by_name.items()}
+                        for arm, by_name in data.get("arms", {}).items()
+                    },
+                    "rank_correlation": {
+                        pair: RankAgreement(**r) for pair, r in data.get("rank_correlation", {}).items()
+                    },
+                    "robustness": {
+                        name: {
+                            kind: Robustness(**{**r, "left_out": {k: LeftOut(**v) for k, v in r["left_out"].items()}})
+                            for kind, r in kinds.items()
+                        }
+                        for name, kinds in data.get("robustness", {}).items()
+                    },
+                    "curves": {
+                        arm: [CurvePoint(**p) for p in points] for arm, points in data.get("curves", {}).items()
+                    },
+                }
+            )
         except (KeyError, TypeError) as error:
             raise ValueError(f"summary does not match the schema: {error}") from error
 

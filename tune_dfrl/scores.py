@@ -71,7 +71,9 @@ class BenchmarkSet:
                 raise ValueError(f"benchmark {b.name!r}: domain must be a non-empty name")
         for subset, members in self.subsets.items():
             if subset in BUILTIN_AGGREGATIONS:
-                raise ValueError(f"subset name {subset!r} clashes with a built-in aggregation ({', '.join(BUILTIN_AGGREGATIONS)})")
+                raise ValueError(
+                    f"subset name {subset!r} clashes with a built-in aggregation ({', '.join(BUILTIN_AGGREGATIONS)})"
+                )
             unknown = [m for m in members if m not in names]
             if unknown or not members:
                 raise ValueError(f"subset {subset!r} names unknown benchmarks {unknown}; allowed: {', '.join(names)}")
@@ -86,7 +88,9 @@ class BenchmarkSet:
         return list(dict.fromkeys(b.domain for b in self.benchmarks))
 
     @classmethod
-    def from_records(cls, records: Iterable[Mapping[str, Any]], subsets: Mapping[str, Iterable[str]] | None = None) -> BenchmarkSet:
+    def from_records(
+        cls, records: Iterable[Mapping[str, Any]], subsets: Mapping[str, Iterable[str]] | None = None
+    ) -> BenchmarkSet:
         """From `[{"name", "domain", "items"}, ...]` and `{subset: [benchmark, ...]}`; any other shape is an error."""
         if not isinstance(records, list):
             raise ValueError(f"'benchmarks' must be a list of {{name, domain, items}} records; got {records!r}")
@@ -96,7 +100,9 @@ class BenchmarkSet:
                 raise ValueError(f"benchmark record {record!r} is not a mapping; each needs name, domain, items")
             missing = {"name", "domain", "items"} - set(record)
             if missing:
-                raise ValueError(f"benchmark record {dict(record)} lacks {sorted(missing)}; each needs name, domain, items")
+                raise ValueError(
+                    f"benchmark record {dict(record)} lacks {sorted(missing)}; each needs name, domain, items"
+                )
             items = record["items"]
             if isinstance(items, bool) or not isinstance(items, int):
                 raise ValueError(f"benchmark {record['name']!r}: item count must be a positive integer; got {items!r}")
@@ -125,7 +131,9 @@ class BenchmarkSet:
         except FileNotFoundError:
             raise FileNotFoundError(f"benchmark metadata {path}: no such file") from None
         except yaml.YAMLError as error:
-            raise ValueError(f"benchmark metadata {path} is not valid YAML/JSON: {' '.join(str(error).split())}") from None
+            raise ValueError(
+                f"benchmark metadata {path} is not valid YAML/JSON: {' '.join(str(error).split())}"
+            ) from None
         try:
             return cls.from_mapping(data)
         except ValueError as error:
@@ -193,8 +201,10 @@ class ScoreTable:
         frame = self.frame[self.frame["step"] == last]
         ends = frame.groupby("arm")["step"].agg(["min", "max"])
         uneven = ends[ends["min"] != ends["max"]]
-        notes = [f"arm {arm!r}: its seeds end at different steps ({row['min']}..{row['max']}); each seed's last milestone is used"
-                 for arm, row in uneven.iterrows()]
+        notes = [
+            f"arm {arm!r}: its seeds end at different steps ({row['min']}..{row['max']}); each seed's last milestone is used"
+            for arm, row in uneven.iterrows()
+        ]
         return replace(self, frame=frame, notes=self.notes + tuple(notes))
 
     def runs(self) -> Runs:
@@ -203,7 +213,9 @@ class ScoreTable:
         accuracy = self.frame.pivot(index=keys, columns="benchmark", values="score")[self.bench.names]
         lengths = None
         if self.has_lengths:
-            lengths = self.frame.pivot(index=keys, columns="benchmark", values="length_chars")[self.bench.names].to_numpy(float)
+            lengths = self.frame.pivot(index=keys, columns="benchmark", values="length_chars")[
+                self.bench.names
+            ].to_numpy(float)
         return Runs(accuracy.index.to_frame(index=False), accuracy.to_numpy(float), lengths)
 
 
@@ -214,8 +226,10 @@ def _validated(frame: pd.DataFrame, bench: BenchmarkSet) -> pd.DataFrame:
     missing = [c for c in required if c not in frame]
     extra = [c for c in frame if c not in required + optional]
     if missing or extra:
-        raise ValueError(f"score table columns: missing {missing}, unexpected {extra}; "
-                         f"required: {', '.join(required)}; optional: {', '.join(optional)}")
+        raise ValueError(
+            f"score table columns: missing {missing}, unexpected {extra}; "
+            f"required: {', '.join(required)}; optional: {', '.join(optional)}"
+        )
     frame = frame.copy()
     frame["arm"] = frame["arm"].astype(str)
     frame["benchmark"] = frame["benchmark"].astype(str)
@@ -273,8 +287,10 @@ def _select(frame: pd.DataFrame, filters: Mapping[str, Any], source: str) -> pd.
         except (TypeError, ValueError):
             pass
         if not match.any():
-            raise ValueError(f"filter {column}={wanted} matches no row of {source}; "
-                             f"values in the selection so far: {_listing(sorted(values.astype(str).unique()))}")
+            raise ValueError(
+                f"filter {column}={wanted} matches no row of {source}; "
+                f"values in the selection so far: {_listing(sorted(values.astype(str).unique()))}"
+            )
         frame = frame[match]
     return frame
 
@@ -296,8 +312,12 @@ def _numeric(frame: pd.DataFrame, columns: list[str], source: str, label: str | 
     return out
 
 
-def load_csv(path: str | Path, bench: BenchmarkSet | None = None, filters: Mapping[str, Any] | None = None,
-             arm_column: str | None = None) -> ScoreTable:
+def load_csv(
+    path: str | Path,
+    bench: BenchmarkSet | None = None,
+    filters: Mapping[str, Any] | None = None,
+    arm_column: str | None = None,
+) -> ScoreTable:
     """Load a run table, wide or long, sliced by `filters` ({column: value}).
 
     Wide: one row per run; columns `arm_column` (default: the first of arm, method, label present),
@@ -312,15 +332,19 @@ def load_csv(path: str | Path, bench: BenchmarkSet | None = None, filters: Mappi
     raw = _select(raw, filters or {}, source)
     arm_column = arm_column or next((c for c in ("arm", "method", "label") if c in raw), None)
     if arm_column is None or arm_column not in raw:
-        raise ValueError(f"{source} needs an arm column (arm, method or label, or name one with arm_column); columns: {', '.join(raw.columns)}")
+        raise ValueError(
+            f"{source} needs an arm column (arm, method or label, or name one with arm_column); columns: {', '.join(raw.columns)}"
+        )
     if "seed" not in raw:
         raise ValueError(f"{source} needs a 'seed' column to pair runs; columns: {', '.join(raw.columns)}")
     long_form = "benchmark" in raw
     if long_form and "score" not in raw:
         close = difflib.get_close_matches("score", list(raw.columns), n=1)
         hint = f" (is {close[0]!r} meant to be 'score'?)" if close else ""
-        raise ValueError(f"{source} has a 'benchmark' column, so it is read as a long table (arm, seed, benchmark, score), "
-                         f"but it has no 'score' column{hint}; columns: {', '.join(raw.columns)}")
+        raise ValueError(
+            f"{source} has a 'benchmark' column, so it is read as a long table (arm, seed, benchmark, score), "
+            f"but it has no 'score' column{hint}; columns: {', '.join(raw.columns)}"
+        )
     run = [arm_column, "seed"] + (["step"] if "step" in raw else [])
     label = "run_id" if "run_id" in raw else None
     if long_form:
@@ -329,17 +353,23 @@ def load_csv(path: str | Path, bench: BenchmarkSet | None = None, filters: Mappi
     else:
         absent = [b for b in bench.names if b not in raw]
         if absent:
-            raise ValueError(f"{source} lacks benchmark columns {absent} listed in the benchmark metadata "
-                             f"({', '.join(bench.names)}); columns present: {', '.join(raw.columns)}")
+            raise ValueError(
+                f"{source} lacks benchmark columns {absent} listed in the benchmark metadata "
+                f"({', '.join(bench.names)}); columns present: {', '.join(raw.columns)}"
+            )
         duplicated = raw[raw.duplicated(run, keep=False)]
         if len(duplicated):
             example = duplicated.iloc[0]
             count = int((raw[run] == example[run]).all(axis=1).sum())
-            raise ValueError(f"{source}: run {dict(example[run])} appears in {count} rows of the selection; "
-                             f"add filters to select one slice (columns: {', '.join(raw.columns)})")
+            raise ValueError(
+                f"{source}: run {dict(example[run])} appears in {count} rows of the selection; "
+                f"add filters to select one slice (columns: {', '.join(raw.columns)})"
+            )
         length_columns = [LENGTH + b for b in bench.names if LENGTH + b in raw]
         if length_columns and len(length_columns) != len(bench.names):
-            raise ValueError(f"{source} has length columns for some benchmarks only ({length_columns}); give all or none")
+            raise ValueError(
+                f"{source} has length columns for some benchmarks only ({length_columns}); give all or none"
+            )
         wide = _numeric(raw, bench.names + length_columns, source, label)
         frame = wide.melt(id_vars=run, value_vars=bench.names, var_name="benchmark", value_name="score")
         if length_columns:
@@ -382,22 +412,45 @@ def load_results(path: str | Path, bench: BenchmarkSet | None = None) -> ScoreTa
             raise ValueError(f"{file} line {number}: not JSON ({error})") from None
         missing = {"arm_id", "seed", "step", "accuracy"} - set(r)
         if missing:
-            raise ValueError(f"{file} line {number}: lacks {sorted(missing)}; each line needs arm_id, seed, step, accuracy")
+            raise ValueError(
+                f"{file} line {number}: lacks {sorted(missing)}; each line needs arm_id, seed, step, accuracy"
+            )
         milestone = (str(r["arm_id"]), r["seed"], r["step"])
         try:
-            new = {name: ledgers.setdefault(name, PairedLedger()).record(*milestone, score) for name, score in r["accuracy"].items()}
+            new = {
+                name: ledgers.setdefault(name, PairedLedger()).record(*milestone, score)
+                for name, score in r["accuracy"].items()
+            }
         except (TypeError, ValueError) as error:
-            raise ValueError(f"{file} line {number}: seed and step must be integers, accuracies numbers ({error})") from None
+            raise ValueError(
+                f"{file} line {number}: seed and step must be integers, accuracies numbers ({error})"
+            ) from None
         if not all(new.values()):
             repeated.add(milestone)
-        rows += [{"arm_id": milestone[0], "label": str(r.get("label") or r["arm_id"]), "method": str(r.get("method", "")),
-                  "seed": r["seed"], "step": r["step"], "benchmark": name, "score": score,
-                  "length_chars": (r.get("length_chars") or {}).get(name, np.nan)}
-                 for name, score in r["accuracy"].items() if new[name]]
+        rows += [
+            {
+                "arm_id": milestone[0],
+                "label": str(r.get("label") or r["arm_id"]),
+                "method": str(r.get("method", "")),
+                "seed": r["seed"],
+                "step": r["step"],
+                "benchmark": name,
+                "score": score,
+                "length_chars": (r.get("length_chars") or {}).get(name, np.nan),
+            }
+            for name, score in r["accuracy"].items()
+            if new[name]
+        ]
     if not rows:
         raise ValueError(f"{file} holds no milestone")
-    notes = (f"{file.name}: {len(repeated)} milestone(s) reported more than once (a resumed trial); the first line of each "
-             "is used, as by the scheduler and the searcher",) if repeated else ()
+    notes = (
+        (
+            f"{file.name}: {len(repeated)} milestone(s) reported more than once (a resumed trial); the first line of each "
+            "is used, as by the scheduler and the searcher",
+        )
+        if repeated
+        else ()
+    )
     table = _table_from_arm_rows(pd.DataFrame(rows), bench, {"kind": "results", "path": str(file)})
     return replace(table, notes=notes + table.notes)
 
@@ -406,9 +459,13 @@ def _table_from_arm_rows(rows: pd.DataFrame, bench: BenchmarkSet, origin: dict[s
     """Name arms by label (label [arm_id] when a label is shared), keep lengths only when complete."""
     ids_per_label = rows.groupby("label")["arm_id"].nunique()
     shared = set(ids_per_label[ids_per_label > 1].index)
-    rows["arm"] = [f"{label} [{arm_id[:8]}]" if label in shared else label for label, arm_id in zip(rows["label"], rows["arm_id"])]
+    rows["arm"] = [
+        f"{label} [{arm_id[:8]}]" if label in shared else label for label, arm_id in zip(rows["label"], rows["arm_id"])
+    ]
     info_columns = [c for c in ("arm_id", "method", "parent_run_id") if c in rows]
-    arm_info = {arm: {k: str(v) for k, v in group.iloc[0][info_columns].items() if v} for arm, group in rows.groupby("arm")}
+    arm_info = {
+        arm: {k: str(v) for k, v in group.iloc[0][info_columns].items() if v} for arm, group in rows.groupby("arm")
+    }
     notes: tuple[str, ...] = ()
     lengths = pd.to_numeric(rows["length_chars"], errors="coerce")
     keep = ["arm", "seed", "step", "benchmark", "score"]
@@ -437,13 +494,19 @@ def load_mlflow(experiment: str, tracking_uri: str | None = None, bench: Benchma
     found = client.get_experiment_by_name(experiment)
     if found is None:
         names = [e.name for e in client.search_experiments()]
-        raise ValueError(f"no MLflow experiment named {experiment!r} at {tracking_uri or 'the default tracking URI'}; experiments: {_listing(names)}")
+        raise ValueError(
+            f"no MLflow experiment named {experiment!r} at {tracking_uri or 'the default tracking URI'}; experiments: {_listing(names)}"
+        )
 
     def runs_with_role(role: str) -> list[Any]:
         runs, token = [], None
         while True:
-            page = client.search_runs([found.experiment_id], f"tags.`tune_dfrl.role` = '{role}'",
-                                      order_by=["attributes.start_time DESC"], page_token=token)
+            page = client.search_runs(
+                [found.experiment_id],
+                f"tags.`tune_dfrl.role` = '{role}'",
+                order_by=["attributes.start_time DESC"],
+                page_token=token,
+            )
             runs.extend(page)
             token = page.token
             if not token:
@@ -455,11 +518,14 @@ def load_mlflow(experiment: str, tracking_uri: str | None = None, bench: Benchma
         origin["search_run_id"] = search_runs[0].info.run_id
     if bench is None:
         if not search_runs:
-            raise ValueError(f"experiment {experiment!r} has no search-level run (tag tune_dfrl.role=search) holding "
-                             "benchmarks.json; pass the benchmark metadata explicitly")
+            raise ValueError(
+                f"experiment {experiment!r} has no search-level run (tag tune_dfrl.role=search) holding "
+                "benchmarks.json; pass the benchmark metadata explicitly"
+            )
         with tempfile.TemporaryDirectory() as tmp:
-            meta = download_artifacts(run_id=origin["search_run_id"], artifact_path="benchmarks.json", dst_path=tmp,
-                                      tracking_uri=tracking_uri)
+            meta = download_artifacts(
+                run_id=origin["search_run_id"], artifact_path="benchmarks.json", dst_path=tmp, tracking_uri=tracking_uri
+            )
             bench = BenchmarkSet.from_file(meta)
     seed_runs = runs_with_role("seed")
     if not seed_runs:
@@ -470,14 +536,28 @@ def load_mlflow(experiment: str, tracking_uri: str | None = None, bench: Benchma
         missing = [t for t in ("arm_id", "seed") if t not in tags]
         if missing:
             raise ValueError(f"seed run {run.info.run_id} lacks tags {missing}; seed runs need arm_id, arm_label, seed")
-        lengths = {(m.key, m.step): m.value for name in bench.names
-                   for m in client.get_metric_history(run.info.run_id, LENGTH + name)}
+        lengths = {
+            (m.key, m.step): m.value
+            for name in bench.names
+            for m in client.get_metric_history(run.info.run_id, LENGTH + name)
+        }
         for name in bench.names:
             for metric in client.get_metric_history(run.info.run_id, ACCURACY + name):
-                rows.append({"arm_id": tags["arm_id"], "label": tags.get("arm_label") or tags["arm_id"],
-                             "method": tags.get("method", ""), "parent_run_id": tags.get("mlflow.parentRunId", ""),
-                             "seed": tags["seed"], "step": metric.step, "benchmark": name, "score": metric.value,
-                             "length_chars": lengths.get((LENGTH + name, metric.step), np.nan)})
+                rows.append(
+                    {
+                        "arm_id": tags["arm_id"],
+                        "label": tags.get("arm_label") or tags["arm_id"],
+                        "method": tags.get("method", ""),
+                        "parent_run_id": tags.get("mlflow.parentRunId", ""),
+                        "seed": tags["seed"],
+                        "step": metric.step,
+                        "benchmark": name,
+                        "score": metric.value,
+                        "length_chars": lengths.get((LENGTH + name, metric.step), np.nan),
+                    }
+                )
     if not rows:
-        raise ValueError(f"experiment {experiment!r}: no seed run has acc/<benchmark> metrics for {', '.join(bench.names)}")
+        raise ValueError(
+            f"experiment {experiment!r}: no seed run has acc/<benchmark> metrics for {', '.join(bench.names)}"
+        )
     return _table_from_arm_rows(pd.DataFrame(rows), bench, origin)

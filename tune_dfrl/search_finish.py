@@ -37,12 +37,16 @@ def finish(plan: Plan, tracker: Any, scheduler: Any, results_log: Any, searcher:
     results = plan.out / "results.jsonl"
     if results_log.error is not None:
         tracker.call("close", "KILLED")
-        raise SearchFailed(f"{results} could not be written ({results_log.error}); every cell kept its milestones: "
-                           f"fix the cause, then {resume_hint(plan.out)} to write the missing lines and the report")
+        raise SearchFailed(
+            f"{results} could not be written ({results_log.error}); every cell kept its milestones: "
+            f"fix the cause, then {resume_hint(plan.out)} to write the missing lines and the report"
+        )
     if searcher.control_failed():
         tracker.call("close", "FAILED")
-        raise SearchFailed(f"every control seed failed (see {plan.out / 'failures.jsonl'}), so no arm could be compared; "
-                           f"fix the cause, then {resume_hint(plan.out, ' retry_failed=true')} to train them again")
+        raise SearchFailed(
+            f"every control seed failed (see {plan.out / 'failures.jsonl'}), so no arm could be compared; "
+            f"fix the cause, then {resume_hint(plan.out, ' retry_failed=true')} to train them again"
+        )
     try:
         return _report(plan, tracker, scheduler)
     except SearchFailed:
@@ -50,8 +54,10 @@ def finish(plan: Plan, tracker: Any, scheduler: Any, results_log: Any, searcher:
         raise
     except Exception as error:  # noqa: BLE001 - training is over and recorded: say how to report it again
         tracker.call("close", "FINISHED")
-        raise SearchFailed(f"the report failed ({type(error).__name__}: {error}); training is complete and {results} "
-                           f"holds every milestone: `python -m tune_dfrl.report runs={plan.out}` re-renders the report") from error
+        raise SearchFailed(
+            f"the report failed ({type(error).__name__}: {error}); training is complete and {results} "
+            f"holds every milestone: `python -m tune_dfrl.report runs={plan.out}` re-renders the report"
+        ) from error
 
 
 def _report(plan: Plan, tracker: Any, scheduler: Any) -> Summary:
@@ -65,22 +71,34 @@ def _report(plan: Plan, tracker: Any, scheduler: Any) -> Summary:
     reached = table.frame.groupby("arm")["step"].max()
     complete = [arm for arm in table.arms if reached.get(arm, 0) >= final]
     stopped = {arm: table.arm_info.get(arm, {}).get("arm_id", "") for arm in table.arms if reached.get(arm, 0) < final}
-    control = next((arm for arm in table.arms if table.arm_info.get(arm, {}).get("arm_id") == plan.control.arm_id), None)
+    control = next(
+        (arm for arm in table.arms if table.arm_info.get(arm, {}).get("arm_id") == plan.control.arm_id), None
+    )
     if control is None:
-        raise SearchFailed(f"the control has no milestone left to compare with (see {plan.out / 'failures.jsonl'}); fix "
-                           f"the cause, then {resume_hint(plan.out, ' retry_failed=true')} to train the failed cells again")
+        raise SearchFailed(
+            f"the control has no milestone left to compare with (see {plan.out / 'failures.jsonl'}); fix "
+            f"the cause, then {resume_hint(plan.out, ' retry_failed=true')} to train the failed cells again"
+        )
     stop_notes = {arm: _stop_note(arm, arm_id, scheduler) for arm, arm_id in stopped.items()}
     if complete == [control]:
         return _control_only(plan, tracker, control, stop_notes)
     _check_pairs(plan, table, control, [arm for arm in complete if arm != control], failed)
-    table = replace(table, frame=table.frame[table.frame["arm"].isin(complete)], notes=table.notes + tuple(stop_notes.values()))
+    table = replace(
+        table, frame=table.frame[table.frame["arm"].isin(complete)], notes=table.notes + tuple(stop_notes.values())
+    )
     report = plan.report
     defaults = default_aggregations(table.bench, table.has_lengths)
     aggregations = [plan.aggregate] + [a for a in defaults if a != plan.aggregate]
     family = len(complete) - 1 + len(stopped)  # Holm family: every searched arm, stopped ones as untested hypotheses
     sequential = json.loads((plan.out / HISTORY_FILE).read_text()) if (plan.out / HISTORY_FILE).exists() else None
-    summary = replace(analyze(table, control, aggregations, report.delta, report.alpha, report.seed, report.flip_k,
-                              family_size=family), stopped=stop_notes, failed=failed, sequential=sequential)
+    summary = replace(
+        analyze(
+            table, control, aggregations, report.delta, report.alpha, report.seed, report.flip_k, family_size=family
+        ),
+        stopped=stop_notes,
+        failed=failed,
+        sequential=sequential,
+    )
     paths = write_report(summary, table, plan.out / "report")
     (plan.out / "summary.json").write_text(summary.to_json())
     arm_ids = {arm: info.get("arm_id", "") for arm, info in table.arm_info.items()}
@@ -98,9 +116,11 @@ def _check_pairs(plan: Plan, table: Any, control: str, arms: list[str], failed: 
     if any(len(seeds[arm] & seeds[control]) >= MIN_PAIRED_SEEDS for arm in arms):
         return
     why = f"the control failed at seeds {failed[control]}" if control in failed else "too few seeds finished"
-    raise SearchFailed(f"no arm shares {MIN_PAIRED_SEEDS} finished seeds with the control ({why}; see "
-                       f"{plan.out / 'failures.jsonl'}); fix the cause, then {resume_hint(plan.out, ' retry_failed=true')} "
-                       "to train the failed cells again")
+    raise SearchFailed(
+        f"no arm shares {MIN_PAIRED_SEEDS} finished seeds with the control ({why}; see "
+        f"{plan.out / 'failures.jsonl'}); fix the cause, then {resume_hint(plan.out, ' retry_failed=true')} "
+        "to train the failed cells again"
+    )
 
 
 def _without_failed_cells(table: Any, failures: list[dict[str, Any]], final: int) -> tuple[Any, dict[str, list[int]]]:
@@ -113,8 +133,11 @@ def _without_failed_cells(table: Any, failures: list[dict[str, Any]], final: int
     finished = set(map(tuple, table.frame.loc[table.frame["step"] >= final, ["arm", "seed"]].to_numpy()))
     failures = [r for r in failures if r["arm_id"] in names and (names[r["arm_id"]], r["seed"]) not in finished]
     cells = {(names[r["arm_id"]], r["seed"]) for r in failures}
-    notes = tuple(f"arm {names[r['arm_id']]!r}: seed {r['seed']} failed after {r['failures']} attempt(s), at step {r['step']} "
-                  f"({r['error'] or 'no error message'}); it is missing from the analysis" for r in failures)
+    notes = tuple(
+        f"arm {names[r['arm_id']]!r}: seed {r['seed']} failed after {r['failures']} attempt(s), at step {r['step']} "
+        f"({r['error'] or 'no error message'}); it is missing from the analysis"
+        for r in failures
+    )
     keep = ~pd.MultiIndex.from_frame(table.frame[["arm", "seed"]]).isin(cells)
     failed: dict[str, list[int]] = {}
     for arm, seed in sorted(cells):
@@ -125,8 +148,14 @@ def _without_failed_cells(table: Any, failures: list[dict[str, Any]], final: int
 def _control_only(plan: Plan, tracker: Any, control: str, stop_notes: dict[str, str]) -> Summary:
     """Every searched arm was stopped at a rung: nothing to compare at the full budget; keep the control."""
     reason = "every searched arm was stopped by the scheduler at a rung; keep the control"
-    summary = Summary(control, list(plan.seeds), plan.aggregate, Recommendation(control, True, reason, plan.aggregate),
-                      stopped=stop_notes, notes=list(stop_notes.values()))
+    summary = Summary(
+        control,
+        list(plan.seeds),
+        plan.aggregate,
+        Recommendation(control, True, reason, plan.aggregate),
+        stopped=stop_notes,
+        notes=list(stop_notes.values()),
+    )
     (plan.out / "summary.json").write_text(summary.to_json())
     tracker.call("close", "FINISHED")
     print(f"recommended: {control} — {reason}")

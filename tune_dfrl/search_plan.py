@@ -24,11 +24,27 @@ from tune_dfrl.backends import backend_errors, get_backend
 from tune_dfrl.control_cache import default_cache_root
 from tune_dfrl.resume import LOCK, check_folder_free, describe_differences
 from tune_dfrl.schema import BUILTIN_AGGREGATIONS, SCORE
-from tune_dfrl.services import (check_folder, check_ray_address, check_sqlite_file, check_tracking_uri, ray_address,
-                                sqlite_path)
 from tune_dfrl.sequential import SequentialRule
-from tune_dfrl.settings import (AUTO_SEEDS, RaySettings, ReportSettings, SchedulerSettings, SearcherSettings,
-                                SearchSettings, SettingsError, as_dict, from_mapping, register_settings)
+from tune_dfrl.services import (
+    check_folder,
+    check_ray_address,
+    check_sqlite_file,
+    check_tracking_uri,
+    ray_address,
+    sqlite_path,
+)
+from tune_dfrl.settings import (
+    AUTO_SEEDS,
+    RaySettings,
+    ReportSettings,
+    SchedulerSettings,
+    SearcherSettings,
+    SearchSettings,
+    SettingsError,
+    as_dict,
+    from_mapping,
+    register_settings,
+)
 from tune_dfrl.spaces import ArmFactory, SearchSpace, available_spaces, recipe_hash, space_file_text
 from tune_dfrl.tracking import default_tracking_uri
 from tune_dfrl.trial import PlantedFault
@@ -85,13 +101,27 @@ class Plan:
 
     def describe(self) -> dict[str, Any]:
         """The plan as JSON-able settings (search.json, MLflow params)."""
-        return {"space": self.space.name, "seeds": list(self.seeds), "arms": self.n_arms, "backend": self.backend_name,
-                "recipe": self.recipe, "recipe_hash": self.make_arm.recipe_hash, "milestones": list(self.milestones),
-                "control": asdict(self.control), "metric": self.metric, "scheduler": as_dict(self.scheduler),
-                "searcher": as_dict(self.searcher), "report": as_dict(self.report), "out": str(self.out),
-                "tracking_uri": self.tracking_uri, "experiment": self.experiment, "ray_address": self.ray.address,
-                "max_retries": self.max_retries, "control_cache": str(self.control_cache) if self.control_cache else None,
-                **self._sequential()}
+        return {
+            "space": self.space.name,
+            "seeds": list(self.seeds),
+            "arms": self.n_arms,
+            "backend": self.backend_name,
+            "recipe": self.recipe,
+            "recipe_hash": self.make_arm.recipe_hash,
+            "milestones": list(self.milestones),
+            "control": asdict(self.control),
+            "metric": self.metric,
+            "scheduler": as_dict(self.scheduler),
+            "searcher": as_dict(self.searcher),
+            "report": as_dict(self.report),
+            "out": str(self.out),
+            "tracking_uri": self.tracking_uri,
+            "experiment": self.experiment,
+            "ray_address": self.ray.address,
+            "max_retries": self.max_retries,
+            "control_cache": str(self.control_cache) if self.control_cache else None,
+            **self._sequential(),
+        }
 
     def _sequential(self) -> dict[str, Any]:
         return {"sequential": asdict(self.sequential)} if self.sequential is not None else {}
@@ -99,9 +129,21 @@ class Plan:
     def fingerprint(self) -> dict[str, Any]:
         """What `resume=true` must find unchanged in the stored search (JSON-normalised)."""
         space = {k: v for k, v in asdict(self.space).items() if k != "description"}
-        return json.loads(json.dumps({"space": space, "backend": self.backend_name, "recipe": self.recipe,
-                                      "seeds": list(self.seeds), "metric": self.metric, "scheduler": as_dict(self.scheduler),
-                                      "searcher": as_dict(self.searcher), **self._sequential()}, default=str))
+        return json.loads(
+            json.dumps(
+                {
+                    "space": space,
+                    "backend": self.backend_name,
+                    "recipe": self.recipe,
+                    "seeds": list(self.seeds),
+                    "metric": self.metric,
+                    "scheduler": as_dict(self.scheduler),
+                    "searcher": as_dict(self.searcher),
+                    **self._sequential(),
+                },
+                default=str,
+            )
+        )
 
 
 def register_configs() -> None:
@@ -150,51 +192,94 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
     settings = from_mapping(SearchSettings, {k: v for k, v in cfg.items() if k not in GROUPS})
     backend_cfg = dict(cfg["backend"])
     backend_name = backend_cfg.pop("name")
-    budget = {k: v for k, v in (("steps", settings.steps), ("milestone_every", settings.milestone_every)) if v is not None}
+    budget = {
+        k: v for k, v in (("steps", settings.steps), ("milestone_every", settings.milestone_every)) if v is not None
+    }
     backend = get_backend(backend_name, {**backend_cfg, **budget})
     recipe = backend.recipe
     steps, every = int(recipe["steps"]), int(recipe["milestone_every"])
     if every < 1 or steps < every:
-        raise SearchError(f"step budget steps={steps} is shorter than one milestone (milestone_every={every}); "
-                          "need steps >= milestone_every >= 1")
+        raise SearchError(
+            f"step budget steps={steps} is shorter than one milestone (milestone_every={every}); "
+            "need steps >= milestone_every >= 1"
+        )
     milestones = tuple(sorted({*range(every, steps + 1, every), steps}))
 
     space = SearchSpace.from_mapping(dict(cfg["space"]), int(recipe["rollout_n"]))
     sequential = SequentialRule.of(settings.sequential, settings.report.alpha) if settings.seeds == AUTO_SEEDS else None
-    seeds = (tuple(range(sequential.start)) if sequential is not None else tuple(range(settings.seeds))
-             if isinstance(settings.seeds, int) else tuple(settings.seeds))
+    seeds = (
+        tuple(range(sequential.start))
+        if sequential is not None
+        else tuple(range(settings.seeds))
+        if isinstance(settings.seeds, int)
+        else tuple(settings.seeds)
+    )
     aggregations = [*BUILTIN_AGGREGATIONS, *(recipe.get("subsets") or {})]
     if settings.metric not in aggregations:
-        raise SearchError(f"metric={settings.metric!r}: allowed (aggregations the backend reports): {', '.join(aggregations)}")
+        raise SearchError(
+            f"metric={settings.metric!r}: allowed (aggregations the backend reports): {', '.join(aggregations)}"
+        )
 
     make_arm = ArmFactory(int(recipe["rollout_n"]), recipe_hash(recipe), binary_rewards=backend.binary_rewards)
     control = make_arm({"method": space.control_method, "params": space.control_params})
     with backend_errors(backend_name, "validate the arms"):
-        for suggestion in [{"method": space.control_method, "params": space.control_params}, *space.default_suggestions()]:
+        for suggestion in [
+            {"method": space.control_method, "params": space.control_params},
+            *space.default_suggestions(),
+        ]:
             backend.validate(make_arm(suggestion))
 
     if settings.resume and not settings.out:
         raise SearchError("resume=true needs out=DIR: the output directory of the search to continue")
     if settings.retry_failed and not settings.resume:
-        raise SearchError("retry_failed=true runs the failed cells of a stored search again: it needs resume=true out=DIR")
+        raise SearchError(
+            "retry_failed=true runs the failed cells of a stored search again: it needs resume=true out=DIR"
+        )
     out = Path(settings.out or f"runs/{space.name}-{time.strftime('%Y%m%d-%H%M%S')}").expanduser().absolute()
     address = ray_address(settings.ray.address)
     if address is not None and settings.ray.num_cpus is not None:
-        raise SearchError(f"ray.num_cpus sizes a private local cluster; the running cluster at {address!r} owns its "
-                          "resources: drop ray.num_cpus, or drop ray.address (and RAY_ADDRESS)")
+        raise SearchError(
+            f"ray.num_cpus sizes a private local cluster; the running cluster at {address!r} owns its "
+            "resources: drop ray.num_cpus, or drop ray.address (and RAY_ADDRESS)"
+        )
     cache = settings.control_cache
-    control_cache = None if cache is None else default_cache_root() if cache == "auto" else Path(cache).expanduser().absolute()
+    control_cache = (
+        None if cache is None else default_cache_root() if cache == "auto" else Path(cache).expanduser().absolute()
+    )
 
-    plan = Plan(space, seeds, settings.arms, backend_name, backend, recipe, milestones, control, make_arm,
-                settings.metric, settings.scheduler, settings.searcher, settings.report, out,
-                settings.mlflow.tracking_uri or "", settings.mlflow.experiment or "", replace(settings.ray, address=address),
-                settings.resume, settings.retry_failed, settings.max_retries, control_cache, sequential=sequential)
+    plan = Plan(
+        space,
+        seeds,
+        settings.arms,
+        backend_name,
+        backend,
+        recipe,
+        milestones,
+        control,
+        make_arm,
+        settings.metric,
+        settings.scheduler,
+        settings.searcher,
+        settings.report,
+        out,
+        settings.mlflow.tracking_uri or "",
+        settings.mlflow.experiment or "",
+        replace(settings.ray, address=address),
+        settings.resume,
+        settings.retry_failed,
+        settings.max_retries,
+        control_cache,
+        sequential=sequential,
+    )
     plan = replace(plan, faults=_faults(settings.fault_injection, plan.possible_seeds, milestones))
     _check_storage(plan)
     check_folder_free(out)
     stored = check_out(plan)
-    plan = replace(plan, tracking_uri=plan.tracking_uri or stored.get("tracking_uri") or default_tracking_uri(out),
-                   experiment=plan.experiment or stored.get("experiment") or f"tune_dfrl/{out.name}")
+    plan = replace(
+        plan,
+        tracking_uri=plan.tracking_uri or stored.get("tracking_uri") or default_tracking_uri(out),
+        experiment=plan.experiment or stored.get("experiment") or f"tune_dfrl/{out.name}",
+    )
     if (store := sqlite_path(plan.tracking_uri)) is not None:
         check_sqlite_file("mlflow.tracking_uri", store)
     check_tracking_uri(plan.tracking_uri)
@@ -218,18 +303,23 @@ def check_out(plan: Plan) -> dict[str, Any]:
     out, stored = plan.out, plan.out / "search.json"
     if not plan.resume:
         if stored.exists():
-            raise SearchError(f"{out} already holds a search; pass resume=true to continue it, or choose another out=DIR")
+            raise SearchError(
+                f"{out} already holds a search; pass resume=true to continue it, or choose another out=DIR"
+            )
         if out.exists() and any(p.name != LOCK for p in out.iterdir()):
             raise SearchError(f"output directory {out} is not empty; choose another out=DIR")
         return {}
     if not stored.exists():
-        raise SearchError(f"resume=true: there is no previous search in {out} (no search.json); "
-                          "run without resume=true to start one")
+        raise SearchError(
+            f"resume=true: there is no previous search in {out} (no search.json); run without resume=true to start one"
+        )
     previous = json.loads(stored.read_text())
     before, now = previous.get("fingerprint", {}), plan.fingerprint()
     if before != now:
-        raise SearchError(f"resume=true: {out} holds a different search ({describe_differences(before, now)}); "
-                          "resume with the settings it was started with, or choose another out=DIR")
+        raise SearchError(
+            f"resume=true: {out} holds a different search ({describe_differences(before, now)}); "
+            "resume with the settings it was started with, or choose another out=DIR"
+        )
     return previous
 
 
@@ -241,9 +331,13 @@ def _faults(value: Any, seeds: tuple[int, ...], milestones: tuple[int, ...]) -> 
             raise SearchError(f"fault_injection {entry!r}: give a mapping {{arm, seed, step, times}}")
         unknown = sorted(set(entry) - {"arm", "seed", "step", "times"})
         if unknown or not {"arm", "seed", "step"} <= set(entry):
-            raise SearchError(f"fault_injection {entry}: keys arm, seed, step (required) and times; got {sorted(entry)}")
+            raise SearchError(
+                f"fault_injection {entry}: keys arm, seed, step (required) and times; got {sorted(entry)}"
+            )
         if entry["seed"] not in seeds or entry["step"] not in milestones:
-            raise SearchError(f"fault_injection {entry}: seed must be one of {list(seeds)}, step one of the milestones {list(milestones)}")
+            raise SearchError(
+                f"fault_injection {entry}: seed must be one of {list(seeds)}, step one of the milestones {list(milestones)}"
+            )
         faults.append(PlantedFault(str(entry["arm"]), int(entry["seed"]), int(entry["step"]), entry.get("times")))
     return tuple(faults)
 

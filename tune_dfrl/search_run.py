@@ -31,8 +31,8 @@ from tune_dfrl.backend import Backend, BenchmarkInfo
 from tune_dfrl.backends import backend_errors
 from tune_dfrl.control_cache import ControlCache
 from tune_dfrl.guarded import Guarded
-from tune_dfrl.resume import attempts_log, hold_folder, start_attempt, state_dir
 from tune_dfrl.results import read_records, repair_log, write_records
+from tune_dfrl.resume import attempts_log, hold_folder, start_attempt, state_dir
 from tune_dfrl.schema import Summary
 from tune_dfrl.search_finish import finish, resume_hint
 from tune_dfrl.search_plan import OPTUNA_DB, Plan, SearchError, check_out, save_plan
@@ -144,20 +144,41 @@ def _run(plan: Plan) -> Summary:
     with backend_errors(plan.backend_name, "list its benchmarks"):
         benchmarks = evaluated_benchmarks(plan.backend, plan.recipe)
     (out / "benchmarks.json").write_text(json.dumps([asdict(b) for b in benchmarks], indent=2))
-    seeds = f"seeds=auto ({plan.sequential.start} to {plan.sequential.max})" if plan.sequential else f"{len(plan.seeds)} seeds"
-    print(f"search {plan.space.name}: {plan.n_arms} arms + control x {seeds}, "
-          f"{plan.scheduler.name} at steps {list(plan.milestones)}; output in {out}"
-          + (f" (resumed, attempt {attempt})" if plan.resume else ""), flush=True)
+    seeds = (
+        f"seeds=auto ({plan.sequential.start} to {plan.sequential.max})"
+        if plan.sequential
+        else f"{len(plan.seeds)} seeds"
+    )
+    print(
+        f"search {plan.space.name}: {plan.n_arms} arms + control x {seeds}, "
+        f"{plan.scheduler.name} at steps {list(plan.milestones)}; output in {out}"
+        + (f" (resumed, attempt {attempt})" if plan.resume else ""),
+        flush=True,
+    )
     began = time.monotonic()
-    print(f"preparing the {plan.backend_name} backend (a first run builds what it caches, e.g. the embedded base model)", flush=True)
+    print(
+        f"preparing the {plan.backend_name} backend (a first run builds what it caches, e.g. the embedded base model)",
+        flush=True,
+    )
     with backend_errors(plan.backend_name, "prepare"):
         plan.backend.prepare()
     print(f"backend ready after {time.monotonic() - began:.0f} s", flush=True)
 
-    tracker = Guarded(SearchTracker(plan.tracking_uri, plan.experiment, _artifact_location(plan), plan.space.name,
-                                    plan.control.arm_id, plan.metric, _flat_settings(plan.describe()), benchmarks,
-                                    resume=plan.resume),
-                      "MLflow logging", "the search goes on without it; results.jsonl holds every milestone")
+    tracker = Guarded(
+        SearchTracker(
+            plan.tracking_uri,
+            plan.experiment,
+            _artifact_location(plan),
+            plan.space.name,
+            plan.control.arm_id,
+            plan.metric,
+            _flat_settings(plan.describe()),
+            benchmarks,
+            resume=plan.resume,
+        ),
+        "MLflow logging",
+        "the search goes on without it; results.jsonl holds every milestone",
+    )
     progress = Progress(plan.control.arm_id, plan.metric, plan.total_cells, max(plan.milestones))
 
     def on_decision(decided: Any) -> None:
@@ -166,37 +187,79 @@ def _run(plan: Plan) -> Summary:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    sampler = optuna.samplers.TPESampler(seed=plan.searcher.seed, n_startup_trials=plan.searcher.n_startup_trials,
-                                         multivariate=True, group=True)
+    sampler = optuna.samplers.TPESampler(
+        seed=plan.searcher.seed, n_startup_trials=plan.searcher.n_startup_trials, multivariate=True, group=True
+    )
     storage = optuna.storages.RDBStorage(f"sqlite:///{out / OPTUNA_DB}")
-    inner = OptunaSearch(space=plan.space.sampler(), metric=INNER_METRIC, mode="max", sampler=sampler,
-                         storage=storage, study_name=OPTUNA_STUDY)
+    inner = OptunaSearch(
+        space=plan.space.sampler(),
+        metric=INNER_METRIC,
+        mode="max",
+        sampler=sampler,
+        storage=storage,
+        study_name=OPTUNA_STUDY,
+    )
     state = state_dir(out)
+
     def on_look(history: dict[str, Any]) -> None:
         (out / HISTORY_FILE).write_text(json.dumps(history, indent=2))
         tracker.call("note_look", history)
 
-    searcher = PairedRepeater(inner, plan.make_arm, plan.control, plan.seeds, plan.n_arms, max(plan.milestones),
-                              plan.metric, plan.searcher.max_duplicates, state_path=state / "searcher.pkl",
-                              sequential=plan.sequential, on_look=on_look)
-    scheduler = make_scheduler(plan.scheduler, metric=plan.metric, control=plan.control.arm_id, seeds=plan.seeds,
-                               milestones=plan.milestones, on_decision=on_decision, state_path=state / "scheduler.pkl")
+    searcher = PairedRepeater(
+        inner,
+        plan.make_arm,
+        plan.control,
+        plan.seeds,
+        plan.n_arms,
+        max(plan.milestones),
+        plan.metric,
+        plan.searcher.max_duplicates,
+        state_path=state / "searcher.pkl",
+        sequential=plan.sequential,
+        on_look=on_look,
+    )
+    scheduler = make_scheduler(
+        plan.scheduler,
+        metric=plan.metric,
+        control=plan.control.arm_id,
+        seeds=plan.seeds,
+        milestones=plan.milestones,
+        on_decision=on_decision,
+        state_path=state / "scheduler.pkl",
+    )
     if plan.resume:
         _carry_over(plan, searcher, scheduler, progress)
-    results_log = Guarded(ResultsLog(out / "results.jsonl", out / "failures.jsonl", plan.metric, attempt),
-                          f"writing {out}/results.jsonl", "the search goes on (each cell keeps its milestones); it ends without a report")
-    callbacks = [RaiseOnSignal(), results_log, tracker, Guarded(progress, "the progress line", "no more progress lines")]
+    results_log = Guarded(
+        ResultsLog(out / "results.jsonl", out / "failures.jsonl", plan.metric, attempt),
+        f"writing {out}/results.jsonl",
+        "the search goes on (each cell keeps its milestones); it ends without a report",
+    )
+    callbacks = [
+        RaiseOnSignal(),
+        results_log,
+        tracker,
+        Guarded(progress, "the progress line", "no more progress lines"),
+    ]
     if plan.control_cache is not None:
-        cache = ControlCache(plan.control_cache, plan.backend_name, plan.make_arm.recipe_hash, plan.control.arm_id, plan.milestones)
+        cache = ControlCache(
+            plan.control_cache, plan.backend_name, plan.make_arm.recipe_hash, plan.control.arm_id, plan.milestones
+        )
         _seed_control_cells(plan, cache)
-        callbacks.append(Guarded(ControlCacheWriter(cache, plan.control.arm_id, out / "results.jsonl"),
-                                 f"storing control results in the cache {plan.control_cache}",
-                                 "the search goes on; later searches train their control again"))
-    job = CellJob(plan.backend, str(out / "cells"), max(1, int(resources.get("cpu", 1))), plan.control.arm_id,
-                  plan.faults)
+        callbacks.append(
+            Guarded(
+                ControlCacheWriter(cache, plan.control.arm_id, out / "results.jsonl"),
+                f"storing control results in the cache {plan.control_cache}",
+                "the search goes on; later searches train their control again",
+            )
+        )
+    job = CellJob(
+        plan.backend, str(out / "cells"), max(1, int(resources.get("cpu", 1))), plan.control.arm_id, plan.faults
+    )
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: no Ray Tune status tables
-    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")  # Ctrl-C raises Interrupted at once; resume=true continues
+    os.environ.setdefault(
+        "TUNE_DISABLE_SIGINT_HANDLER", "1"
+    )  # Ctrl-C raises Interrupted at once; resume=true continues
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)  # results live in results.jsonl
     started_ray = not ray.is_initialized()
     try:
@@ -208,12 +271,22 @@ def _run(plan: Plan) -> Summary:
         trainable = tune.with_resources(tune.with_parameters(run_cell, job=job), resources)
         tuner = tune.Tuner(
             trainable,
-            tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=-1,  # the searcher ends it
-                                        metric=plan.metric, mode="max", reuse_actors=True,
-                                        trial_dirname_creator=trial_dirname),
-            run_config=tune.RunConfig(storage_path=str(out / "ray"), name="tune" if attempt == 0 else f"resume{attempt}",
-                                      verbose=0, failure_config=tune.FailureConfig(max_failures=plan.max_retries),
-                                      callbacks=callbacks),
+            tune_config=tune.TuneConfig(
+                search_alg=searcher,
+                scheduler=scheduler,
+                num_samples=-1,  # the searcher ends it
+                metric=plan.metric,
+                mode="max",
+                reuse_actors=True,
+                trial_dirname_creator=trial_dirname,
+            ),
+            run_config=tune.RunConfig(
+                storage_path=str(out / "ray"),
+                name="tune" if attempt == 0 else f"resume{attempt}",
+                verbose=0,
+                failure_config=tune.FailureConfig(max_failures=plan.max_retries),
+                callbacks=callbacks,
+            ),
         )
         _Signals.deferred = True
         tuner.fit()
@@ -235,7 +308,9 @@ def _close_within(tracker: Guarded, status: str, timeout_s: float) -> None:
     closing.start()
     closing.join(timeout_s)
     if closing.is_alive():
-        print(f"warning: MLflow did not mark the runs {status} within {timeout_s:g} s; a resume reopens them", flush=True)
+        print(
+            f"warning: MLflow did not mark the runs {status} within {timeout_s:g} s; a resume reopens them", flush=True
+        )
 
 
 def _carry_over(plan: Plan, searcher: Any, scheduler: Any, progress: Any) -> None:
@@ -270,7 +345,10 @@ def _seed_control_cells(plan: Plan, cache: ControlCache) -> None:
         try:
             cached = cache.get(seed)
         except (OSError, ValueError) as error:
-            print(f"warning: the control cache {cache.folder} cannot be read ({error}); the control is trained", flush=True)
+            print(
+                f"warning: the control cache {cache.folder} cannot be read ({error}); the control is trained",
+                flush=True,
+            )
             return
         if cached is not None and not any(r["final"] for r in read_records(log)):
             write_records(log, cached)
@@ -289,4 +367,3 @@ def _flat_settings(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]
         else:
             out[f"{prefix}{key}"] = value
     return out
-

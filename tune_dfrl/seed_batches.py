@@ -82,12 +82,27 @@ class SeedBatches:
         arm_alpha = self.rule.alpha / max(len(arms), 1)
         boundary = boundaries(tuple(n / self.rule.max for n in counts), arm_alpha)[number - 1]
         handed = {arm: self.seeds_of(arm) for arm in [self.control, *arms]}
-        self.looks.append(Look(number, counts[number - 1], boundary, nominal_levels(self.rule, arm_alpha)[number - 1],
-                               states, out, handed, new))
+        self.looks.append(
+            Look(
+                number,
+                counts[number - 1],
+                boundary,
+                nominal_levels(self.rule, arm_alpha)[number - 1],
+                states,
+                out,
+                handed,
+                new,
+            )
+        )
         return self.looks[-1]
 
     def history(self) -> dict:
         """The looks as JSON-able data (OUT/sequential.json), with the recommendation after the last one."""
         states = self.looks[-1].states if self.looks else {}
-        return {"rule": asdict(self.rule), "control": self.control, "looks": [asdict(look) for look in self.looks],
-                "finished": self.finished, "recommended": recommendation(states, self.control)}
+        return {
+            "rule": asdict(self.rule),
+            "control": self.control,
+            "looks": [asdict(look) for look in self.looks],
+            "finished": self.finished,
+            "recommended": recommendation(states, self.control),
+        }

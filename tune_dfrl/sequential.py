@@ -70,7 +70,9 @@ class SequentialRule:
     @classmethod
     def of(cls, settings: SequentialSettings, alpha: float) -> SequentialRule:
         """The rule of the sequential settings, at the report's familywise level `alpha`."""
-        return cls(settings.start, settings.batch, settings.max, alpha, settings.futility_confidence, settings.futility_margin)
+        return cls(
+            settings.start, settings.batch, settings.max, alpha, settings.futility_confidence, settings.futility_margin
+        )
 
     def looks(self) -> tuple[int, ...]:
         """Seed counts at the looks: start, start + batch, ..., and max (always the last)."""
@@ -81,6 +83,13 @@ class SequentialRule:
 def spent(fraction: float, alpha: float) -> float:
     """O'Brien-Fleming-type spending: a(t) = 2 - 2 Φ(z_{1-a/2} / sqrt(t)), a(1) = a."""
     return float(2.0 - 2.0 * stats.norm.cdf(stats.norm.ppf(1.0 - alpha / 2.0) / math.sqrt(fraction)))
+
+
+def _first_crossing(c: float, target: float, mass: np.ndarray, nodes: np.ndarray, r: float, s: float) -> float:
+    """P(first crossing of +-c at this look) - target; `mass` empty at the first look (then Z ~ N(0, 1))."""
+    if not mass.size:
+        return float(2.0 * stats.norm.sf(c)) - target
+    return float(mass @ (stats.norm.cdf((-c - r * nodes) / s) + stats.norm.sf((c - r * nodes) / s))) - target
 
 
 @lru_cache(maxsize=4096)
@@ -104,18 +113,13 @@ def boundaries(fractions: tuple[float, ...], alpha: float) -> tuple[float, ...]:
     previous_fraction, previous_spent = 0.0, 0.0
     for fraction in fractions:
         target = spent(fraction, alpha) - previous_spent
-        if out:
-            r = math.sqrt(previous_fraction / fraction)
-            s = math.sqrt(1.0 - r * r)
-
-            def crossing(c: float) -> float:
-                return float(mass @ (stats.norm.cdf((-c - r * nodes) / s) + stats.norm.sf((c - r * nodes) / s))) - target
-        else:
-            def crossing(c: float) -> float:
-                return float(2.0 * stats.norm.sf(c)) - target
-        c = float(brentq(crossing, 1e-6, 40.0, xtol=1e-12))
+        r = math.sqrt(previous_fraction / fraction)
+        s = math.sqrt(1.0 - r * r)
+        c = float(brentq(_first_crossing, 1e-6, 40.0, args=(target, mass, nodes, r, s), xtol=1e-12))
         grid = np.linspace(-c, c, NODES)
-        density = stats.norm.pdf(grid) if not out else (stats.norm.pdf((grid[:, None] - r * nodes[None, :]) / s) / s) @ mass
+        density = (
+            stats.norm.pdf(grid) if not out else (stats.norm.pdf((grid[:, None] - r * nodes[None, :]) / s) / s) @ mass
+        )
         out.append(c)
         nodes, mass = grid, density * _simpson_weights(grid)
         previous_fraction, previous_spent = fraction, spent(fraction, alpha)
@@ -166,8 +170,14 @@ def bounds(mean: float, sd: float, n: int, two_sided_p: float) -> tuple[float, f
     return float(low), float(high)
 
 
-def look(deltas: Mapping[str, Sequence[float]], previous: Mapping[str, ArmState], rule: SequentialRule,
-         family_size: int, current: int, stopped: Sequence[str] = ()) -> dict[str, ArmState]:
+def look(
+    deltas: Mapping[str, Sequence[float]],
+    previous: Mapping[str, ArmState],
+    rule: SequentialRule,
+    family_size: int,
+    current: int,
+    stopped: Sequence[str] = (),
+) -> dict[str, ArmState]:
     """Pure. The states of every arm after look `current` (1-based) of `rule.looks()`.
 
     `deltas[arm]` are the arm's paired deltas in seed order (the first n_j are its deltas at look j);
@@ -185,7 +195,9 @@ def look(deltas: Mapping[str, Sequence[float]], previous: Mapping[str, ArmState]
     candidates = [arm for arm in deltas if arm not in states and arm not in stopped]
     for arm in candidates:
         if len(deltas[arm]) < counts[current - 1]:
-            raise ValueError(f"arm {arm!r} has {len(deltas[arm])} paired seeds at look {current}; the look needs {counts[current - 1]}")
+            raise ValueError(
+                f"arm {arm!r} has {len(deltas[arm])} paired seeds at look {current}; the look needs {counts[current - 1]}"
+            )
     unsettled = list(candidates)
     while unsettled:  # Holm-type recycling: settle at level alpha / (K - r) over every look so far
         settled = sum(state.status in ("better", "worse") for state in states.values())

@@ -50,11 +50,14 @@ def check_tracking_uri(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
         status = error.code
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
-        raise ServiceError(f"MLflow tracking server {uri} is unreachable ({reason}); start it, or fix "
-                           "mlflow.tracking_uri (null logs to sqlite in the output directory)") from None
+        raise ServiceError(
+            f"MLflow tracking server {uri} is unreachable ({reason}); start it, or fix "
+            "mlflow.tracking_uri (null logs to sqlite in the output directory)"
+        ) from None
     if status != 200:
-        raise ServiceError(f"MLflow tracking server {uri} answered {health} with HTTP {status}; "
-                           "is this the URL of an MLflow server?")
+        raise ServiceError(
+            f"MLflow tracking server {uri} answered {health} with HTTP {status}; is this the URL of an MLflow server?"
+        )
 
 
 def ray_address(configured: str | None) -> str | None:
@@ -74,8 +77,10 @@ def check_ray_address(address: str, timeout: float = PROBE_TIMEOUT_S) -> str:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
             pass
     except (ConnectionError, ValueError, OSError) as error:
-        raise ServiceError(f"Ray cluster at ray.address={address!r} does not answer ({error}); start it with "
-                           "`ray start --head`, or fix ray.address / RAY_ADDRESS (null runs a private local cluster)") from None
+        raise ServiceError(
+            f"Ray cluster at ray.address={address!r} does not answer ({error}); start it with "
+            "`ray start --head`, or fix ray.address / RAY_ADDRESS (null runs a private local cluster)"
+        ) from None
     return resolved
 
 
@@ -108,7 +113,9 @@ def connect_ray(address: str | None, num_cpus: int | None) -> None:
 
     common: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
     if address is None:
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, object_store_memory=100 * 1024**2, **common)
+        ray.init(
+            address="local", num_cpus=num_cpus, include_dashboard=False, object_store_memory=100 * 1024**2, **common
+        )
         return
     with tempfile.TemporaryDirectory(prefix="tune_dfrl-package-") as staging:
         ray.init(address=address, runtime_env={"py_modules": [str(project_package(Path(staging)))]}, **common)
@@ -129,8 +136,10 @@ def check_folder(key: str, path: Path) -> None:
     nearest existing ancestor is a folder, and a probe folder can be made (and is removed) there."""
     long_names = [part for part in path.parts if len(part.encode()) > NAME_MAX]
     if long_names:
-        raise StorageError(f"{key}={_short(path)}: the name {_short(long_names[0])} is longer than {NAME_MAX} bytes "
-                           "(the file system's limit)")
+        raise StorageError(
+            f"{key}={_short(path)}: the name {_short(long_names[0])} is longer than {NAME_MAX} bytes "
+            "(the file system's limit)"
+        )
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent  # (exists() is False below a file, too)
@@ -139,15 +148,18 @@ def check_folder(key: str, path: Path) -> None:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".tune_dfrl-probe-", dir=existing))
     except OSError as error:
-        raise StorageError(f"{key}={_short(path)}: cannot create anything in {existing} ({error.strerror}); "
-                           f"choose a writable {key}") from None
+        raise StorageError(
+            f"{key}={_short(path)}: cannot create anything in {existing} ({error.strerror}); choose a writable {key}"
+        ) from None
 
 
 def check_sqlite_file(key: str, path: Path) -> None:
     """A sqlite database the search creates or opens at `path`: a short enough path in a writable folder."""
     if len(str(path).encode()) > SQLITE_MAX_PATH:
-        raise StorageError(f"{key}: the sqlite file {_short(path)} is {len(str(path).encode())} bytes long; sqlite "
-                           f"opens paths of at most {SQLITE_MAX_PATH}: choose a shorter {key}")
+        raise StorageError(
+            f"{key}: the sqlite file {_short(path)} is {len(str(path).encode())} bytes long; sqlite "
+            f"opens paths of at most {SQLITE_MAX_PATH}: choose a shorter {key}"
+        )
     if path.is_dir():
         raise StorageError(f"{key}: the sqlite file {path} is a folder")
     check_folder(key, path.parent)

@@ -68,8 +68,9 @@ class OneOf:
     choices: tuple[Any, ...]
 
     def text(self) -> str:
-        return "one of " + ", ".join("null" if c is None else str(c).lower() if isinstance(c, bool) else str(c)
-                                     for c in self.choices)
+        return "one of " + ", ".join(
+            "null" if c is None else str(c).lower() if isinstance(c, bool) else str(c) for c in self.choices
+        )
 
     def accepts(self, value: Any) -> bool:
         return any(value is c or (type(value) is type(c) and value == c) for c in self.choices)
@@ -100,7 +101,9 @@ class Seeds:
             return True
         if isinstance(value, int) and not isinstance(value, bool):
             return value >= 2
-        whole = isinstance(value, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
+        whole = isinstance(value, list) and all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value
+        )
         return whole and len(value) >= 2 and len(set(value)) == len(value)
 
 
@@ -174,8 +177,12 @@ class ReportSettings:
 
 @dataclass(frozen=True)
 class RaySettings:
-    address: str | None = setting(None, Text())  # null = $RAY_ADDRESS or a private local cluster; auto | HOST:PORT | ray://...
-    num_cpus: int | None = setting(None, Number(integer=True, low=1, optional=True))  # private cluster size; null = all cores
+    address: str | None = setting(
+        None, Text()
+    )  # null = $RAY_ADDRESS or a private local cluster; auto | HOST:PORT | ray://...
+    num_cpus: int | None = setting(
+        None, Number(integer=True, low=1, optional=True)
+    )  # private cluster size; null = all cores
 
 
 @dataclass(frozen=True)
@@ -196,9 +203,13 @@ class SearchSettings:
     metric: str = setting("db", Text(optional=False))  # the aggregation optimised (checked against the backend's)
     out: str | None = setting(None, Text())  # output directory; null = ./runs/<space>-<timestamp>
     resume: bool = setting(False, FLAG)  # continue the search in `out` (docs/readme_reliability.md)
-    retry_failed: bool = setting(False, FLAG)  # with resume=true: run the cells that failed after their last retry again
+    retry_failed: bool = setting(
+        False, FLAG
+    )  # with resume=true: run the cells that failed after their last retry again
     max_retries: int = setting(1, Number(integer=True, low=0))  # retries of a crashing trial, then recorded as failed
-    control_cache: str | None = setting("auto", Text())  # auto = $TUNE_DFRL_CACHE/controls or ~/.cache/...; DIR; null = off
+    control_cache: str | None = setting(
+        "auto", Text()
+    )  # auto = $TUNE_DFRL_CACHE/controls or ~/.cache/...; DIR; null = off
     fault_injection: Any = setting(None, Anything())  # TEST ONLY: {arm, seed, step, times} crashes that trial
     scheduler: SchedulerSettings = section(SchedulerSettings)
     searcher: SearcherSettings = section(SearcherSettings)
@@ -218,13 +229,17 @@ def from_mapping(kind: type[T], values: Mapping[str, Any], prefix: str = "") -> 
     fields = {f.name: f for f in dataclasses.fields(kind)}  # type: ignore[arg-type]
     unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise SettingsError(f"unknown key {prefix + unknown[0]!r}; allowed keys: {', '.join(prefix + k for k in fields)}")
+        raise SettingsError(
+            f"unknown key {prefix + unknown[0]!r}; allowed keys: {', '.join(prefix + k for k in fields)}"
+        )
     chosen: dict[str, Any] = {}
     for name, value in values.items():
         spec, key = fields[name], prefix + name
         if dataclasses.is_dataclass(spec.default_factory):  # a section
             if not isinstance(value, Mapping):
-                raise SettingsError(f"{key}={value!r}: allowed: a mapping of {', '.join(f.name for f in dataclasses.fields(spec.default_factory))}")
+                raise SettingsError(
+                    f"{key}={value!r}: allowed: a mapping of {', '.join(f.name for f in dataclasses.fields(spec.default_factory))}"
+                )
             chosen[name] = from_mapping(spec.default_factory, value, key + ".")
         else:
             chosen[name] = checked(key, value, spec.metadata["allowed"])

@@ -69,7 +69,9 @@ class MethodSearch:
     def spec(self) -> ParamSpec:
         """The method's declaration with only the searched parameters left searchable."""
         spec = resolve(self.method).spec
-        return ParamSpec(spec.owner, tuple(replace(p, searchable=p.name in self.ranges) for p in spec.params), spec.constraints)
+        return ParamSpec(
+            spec.owner, tuple(replace(p, searchable=p.name in self.ranges) for p in spec.params), spec.constraints
+        )
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,9 @@ class SearchSpace:
         _check_keys(data, SPACE_KEYS, f"search space {name!r}")
         mechanism = data.get("mechanism")
         if mechanism not in MECHANISMS:
-            raise ValueError(f"search space {name!r}: mechanism {mechanism!r} is not allowed; allowed: {', '.join(MECHANISMS)}")
+            raise ValueError(
+                f"search space {name!r}: mechanism {mechanism!r} is not allowed; allowed: {', '.join(MECHANISMS)}"
+            )
         control = data.get("control") or {}
         _check_keys(control, ("method", "params"), f"search space {name!r}: control")
         control_method = control.get("method", "static" if mechanism == "mixture" else "baseline")
@@ -99,7 +103,9 @@ class SearchSpace:
         if not declared:
             raise ValueError(f"search space {name!r} declares no methods; give at least one under `methods`")
         methods = tuple(_method_search(name, mechanism, m, entry or {}, rollout_n) for m, entry in declared.items())
-        return cls(name, str(data.get("description", "")), mechanism, control_method, control_params, methods, rollout_n)
+        return cls(
+            name, str(data.get("description", "")), mechanism, control_method, control_params, methods, rollout_n
+        )
 
     @classmethod
     def load(cls, name: str, rollout_n: int) -> SearchSpace:

@@ -95,15 +95,18 @@ class ArmVerdict:
     p_perm_holm: float = math.nan
 
 
-def t_interval(mean: np.ndarray, se: np.ndarray, n: np.ndarray, level: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+def t_interval(
+    mean: np.ndarray, se: np.ndarray, n: np.ndarray, level: np.ndarray | float
+) -> tuple[np.ndarray, np.ndarray]:
     """mean +- t_{(1+level)/2, n-1} * se, elementwise (the quantile by `special.stdtrit`, which `stats.t.ppf` calls
     after ~100 us of argument checks: the scheduler's rung decisions call this once each)."""
     half = special.stdtrit(np.asarray(n) - 1, (1.0 + np.asarray(level)) / 2.0) * se
     return mean - half, mean + half
 
 
-def paired_interval(mean: np.ndarray, sd: np.ndarray, n: np.ndarray,
-                    level: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+def paired_interval(
+    mean: np.ndarray, sd: np.ndarray, n: np.ndarray, level: np.ndarray | float
+) -> tuple[np.ndarray, np.ndarray]:
     """Interval of the mean paired difference at `level`: the t-interval, or without spread the inverted
     exact sign-flip test ({mean} when 2^(1-n) < 1 - level, else unbounded); see the module docstring."""
     mean, sd, n = (np.asarray(x, dtype=float) for x in (mean, sd, n))
@@ -140,9 +143,16 @@ def holm(p: np.ndarray, alpha: float, family_size: int | None = None) -> tuple[n
     return p_holm[:tested], alpha_k[:tested]
 
 
-def paired_verdicts(control: np.ndarray, arms: dict[str, np.ndarray], delta: float = 1.0, alpha: float = 0.05,
-                    bootstrap: bool = False, rng: np.random.Generator | None = None,
-                    n_resamples: int = 9999, family_size: int | None = None) -> dict[str, ArmVerdict]:
+def paired_verdicts(
+    control: np.ndarray,
+    arms: dict[str, np.ndarray],
+    delta: float = 1.0,
+    alpha: float = 0.05,
+    bootstrap: bool = False,
+    rng: np.random.Generator | None = None,
+    n_resamples: int = 9999,
+    family_size: int | None = None,
+) -> dict[str, ArmVerdict]:
     """Verdict of every arm against the control; `arms` is one Holm family.
 
     `family_size` (>= len(arms)) is the size of the whole family when some of its arms were not
@@ -168,7 +178,9 @@ def paired_verdicts(control: np.ndarray, arms: dict[str, np.ndarray], delta: flo
     n = (~np.isnan(diffs)).sum(axis=1)
     if (n < 2).any():
         short = [f"{name} ({k} seed{'s' if k != 1 else ''})" for name, k in zip(names, n) if k < 2]
-        raise ValueError(f"a paired comparison needs at least 2 seeds shared with the control; too few: {', '.join(short)}")
+        raise ValueError(
+            f"a paired comparison needs at least 2 seeds shared with the control; too few: {', '.join(short)}"
+        )
     mean = np.nanmean(diffs, axis=1)
     sd = np.nanstd(diffs, axis=1, ddof=1)
     se = sd / np.sqrt(n)
@@ -185,21 +197,40 @@ def paired_verdicts(control: np.ndarray, arms: dict[str, np.ndarray], delta: flo
     common_low, _ = paired_interval(mean, sd, n, 1.0 - alpha / family)
     t_low, t_high = paired_interval(mean, sd, n, 1.0 - alpha)
     eq_low, eq_high = paired_interval(mean, sd, n, 1.0 - 2.0 * alpha)
-    verdict = np.select([ci_low > 0, ci_high < 0, (eq_low > -delta) & (eq_high < delta)],
-                        ["better", "worse", "equivalent"], "inconclusive")
+    verdict = np.select(
+        [ci_low > 0, ci_high < 0, (eq_low > -delta) & (eq_high < delta)],
+        ["better", "worse", "equivalent"],
+        "inconclusive",
+    )
     extra = _resampling(diffs, alpha, rng, n_resamples, family) if bootstrap else {}
     return {
-        name: ArmVerdict(n=int(n[i]), delta=float(mean[i]), sd=float(sd[i]), exact=bool(exact[i]), ci_low=float(ci_low[i]),
-                         ci_high=float(ci_high[i]), level=float(1.0 - alpha_k[i]), common_low=float(common_low[i]),
-                         common_level=1.0 - alpha / family, p=float(p[i]), p_holm=float(p_holm[i]), t_low=float(t_low[i]),
-                         t_high=float(t_high[i]), tost_p=float(tost[i]), eq_low=float(eq_low[i]), eq_high=float(eq_high[i]),
-                         verdict=str(verdict[i]), **{key: float(values[i]) for key, values in extra.items()})
+        name: ArmVerdict(
+            n=int(n[i]),
+            delta=float(mean[i]),
+            sd=float(sd[i]),
+            exact=bool(exact[i]),
+            ci_low=float(ci_low[i]),
+            ci_high=float(ci_high[i]),
+            level=float(1.0 - alpha_k[i]),
+            common_low=float(common_low[i]),
+            common_level=1.0 - alpha / family,
+            p=float(p[i]),
+            p_holm=float(p_holm[i]),
+            t_low=float(t_low[i]),
+            t_high=float(t_high[i]),
+            tost_p=float(tost[i]),
+            eq_low=float(eq_low[i]),
+            eq_high=float(eq_high[i]),
+            verdict=str(verdict[i]),
+            **{key: float(values[i]) for key, values in extra.items()},
+        )
         for i, name in enumerate(names)
     }
 
 
-def _resampling(diffs: np.ndarray, alpha: float, rng: np.random.Generator | None, n_resamples: int,
-                family_size: int) -> dict[str, np.ndarray]:
+def _resampling(
+    diffs: np.ndarray, alpha: float, rng: np.random.Generator | None, n_resamples: int, family_size: int
+) -> dict[str, np.ndarray]:
     """BCa interval and sign-flip permutation p per arm; arms sharing a seed pattern are batched."""
     if rng is None:
         raise ValueError("bootstrap=True needs an explicit numpy Generator (rng)")
@@ -210,11 +241,26 @@ def _resampling(diffs: np.ndarray, alpha: float, rng: np.random.Generator | None
         d = diffs[np.ix_(rows, pattern)]
         with warnings.catch_warnings():  # degenerate data (all d equal) gives NaN, reported as such
             warnings.simplefilter("ignore")
-            boot = stats.bootstrap((d,), np.mean, axis=-1, vectorized=True, method="BCa", n_resamples=n_resamples,
-                                   confidence_level=1.0 - alpha, rng=rng)
+            boot = stats.bootstrap(
+                (d,),
+                np.mean,
+                axis=-1,
+                vectorized=True,
+                method="BCa",
+                n_resamples=n_resamples,
+                confidence_level=1.0 - alpha,
+                rng=rng,
+            )
         exact = d.shape[1] <= EXACT_PERMUTATION_MAX_SEEDS
-        perm = stats.permutation_test((d,), lambda x, axis: np.mean(x, axis=axis), permutation_type="samples",
-                                      vectorized=True, axis=-1, n_resamples=np.inf if exact else n_resamples, rng=rng)
+        perm = stats.permutation_test(
+            (d,),
+            lambda x, axis: np.mean(x, axis=axis),
+            permutation_type="samples",
+            vectorized=True,
+            axis=-1,
+            n_resamples=np.inf if exact else n_resamples,
+            rng=rng,
+        )
         out["bca_low"][rows] = boot.confidence_interval.low
         out["bca_high"][rows] = boot.confidence_interval.high
         out["p_perm"][rows] = perm.pvalue
@@ -286,20 +332,29 @@ def power_figures(v: ArmVerdict, delta: float, alpha: float = 0.05, family: int 
     level = alpha / family
     if v.exact:
         detects = bool(sign_flip_floor(v.n) < level)
-        return {"mde": 0.0 if detects else math.inf,
-                "seeds_to_detect": _fewest_seeds(lambda seeds: bool(sign_flip_floor(seeds) < level)),
-                "seeds_for_equivalence": _fewest_seeds(lambda seeds: bool(sign_flip_floor(seeds) / 2 < alpha))}
+        return {
+            "mde": 0.0 if detects else math.inf,
+            "seeds_to_detect": _fewest_seeds(lambda seeds: bool(sign_flip_floor(seeds) < level)),
+            "seeds_for_equivalence": _fewest_seeds(lambda seeds: bool(sign_flip_floor(seeds) / 2 < alpha)),
+        }
     high = 1.0
     while t_power(high, v.n, level) < TARGET_POWER:
         high *= 2.0
     effect = optimize.brentq(lambda e: t_power(e, v.n, level) - TARGET_POWER, 0.0, high, xtol=1e-10)
-    return {"mde": effect * v.sd,
-            "seeds_to_detect": _fewest_seeds(lambda seeds: t_power(delta / v.sd, seeds, level) >= TARGET_POWER),
-            "seeds_for_equivalence": _fewest_seeds(lambda seeds: tost_power(delta / v.sd, seeds, alpha) >= TARGET_POWER)}
+    return {
+        "mde": effect * v.sd,
+        "seeds_to_detect": _fewest_seeds(lambda seeds: t_power(delta / v.sd, seeds, level) >= TARGET_POWER),
+        "seeds_for_equivalence": _fewest_seeds(lambda seeds: tost_power(delta / v.sd, seeds, alpha) >= TARGET_POWER),
+    }
 
 
-def recommend(verdicts: dict[str, ArmVerdict], control_name: str, margin: float = 1.0,
-              seeds_to_detect: int | None = None, seeds_for_equivalence: int | None = None) -> dict:
+def recommend(
+    verdicts: dict[str, ArmVerdict],
+    control_name: str,
+    margin: float = 1.0,
+    seeds_to_detect: int | None = None,
+    seeds_for_equivalence: int | None = None,
+) -> dict:
     """DESIGN §7 selection: among arms judged better, the highest lower bound at the common level
     1 - alpha / m (ties: the higher mean); else the control.
 
@@ -314,25 +369,47 @@ def recommend(verdicts: dict[str, ArmVerdict], control_name: str, margin: float 
     if better:
         best = max(better, key=lambda name: (verdicts[name].common_low, verdicts[name].delta))
         v = verdicts[best]
-        return {"recommended": best, "is_control": False, "delta": v.delta, "ci_low": v.ci_low, "common_low": v.common_low,
-                "common_level": v.common_level, "point_best": point_best, "seeds_to_detect": None,
-                "seeds_for_equivalence": None,
-                "reason": f"{best!r} is credibly better than {control_name!r} (Holm-adjusted interval above 0) with the "
-                          f"highest lower bound at the common level {v.common_level:.2%} ({v.common_low:+.2f} points; "
-                          f"mean {v.delta:+.2f})"}
+        return {
+            "recommended": best,
+            "is_control": False,
+            "delta": v.delta,
+            "ci_low": v.ci_low,
+            "common_low": v.common_low,
+            "common_level": v.common_level,
+            "point_best": point_best,
+            "seeds_to_detect": None,
+            "seeds_for_equivalence": None,
+            "reason": f"{best!r} is credibly better than {control_name!r} (Holm-adjusted interval above 0) with the "
+            f"highest lower bound at the common level {v.common_level:.2%} ({v.common_low:+.2f} points; "
+            f"mean {v.delta:+.2f})",
+        }
     need = []
     if seeds_for_equivalence:
-        need.append(f"about {seeds_for_equivalence} paired seeds per arm would show equivalence within ±{margin:g} "
-                    f"with 80% power (TOST, if the true Δ were 0)")
+        need.append(
+            f"about {seeds_for_equivalence} paired seeds per arm would show equivalence within ±{margin:g} "
+            f"with 80% power (TOST, if the true Δ were 0)"
+        )
     if seeds_to_detect:
         first_step = 1.0 - next(iter(verdicts.values())).common_level  # alpha / m
-        need.append(f"about {seeds_to_detect} would detect a true Δ of +{margin:g} with 80% power (paired t-test at "
-                    f"α/m = {first_step:.3g})")
-    need_text = f"; for the arms still inconclusive, at their observed paired SDs, {', and '.join(need)}" if need else ""
-    return {"recommended": control_name, "is_control": True, "delta": 0.0, "ci_low": None, "common_low": None,
-            "common_level": None, "point_best": point_best, "seeds_to_detect": seeds_to_detect,
-            "seeds_for_equivalence": seeds_for_equivalence,
-            "reason": f"no arm is credibly better than {control_name!r}; keep the control{need_text}"}
+        need.append(
+            f"about {seeds_to_detect} would detect a true Δ of +{margin:g} with 80% power (paired t-test at "
+            f"α/m = {first_step:.3g})"
+        )
+    need_text = (
+        f"; for the arms still inconclusive, at their observed paired SDs, {', and '.join(need)}" if need else ""
+    )
+    return {
+        "recommended": control_name,
+        "is_control": True,
+        "delta": 0.0,
+        "ci_low": None,
+        "common_low": None,
+        "common_level": None,
+        "point_best": point_best,
+        "seeds_to_detect": seeds_to_detect,
+        "seeds_for_equivalence": seeds_for_equivalence,
+        "reason": f"no arm is credibly better than {control_name!r}; keep the control{need_text}",
+    }
 
 
 def prob_best(scores: np.ndarray, rng: np.random.Generator, n_resamples: int = 10000) -> np.ndarray:
@@ -354,7 +431,9 @@ def _share_best(means: np.ndarray) -> np.ndarray:
     return best / best.sum(axis=0)
 
 
-def winner_flip_rate(scores: np.ndarray, k: int, rng: np.random.Generator, max_subsets: int = 10000) -> tuple[float, int]:
+def winner_flip_rate(
+    scores: np.ndarray, k: int, rng: np.random.Generator, max_subsets: int = 10000
+) -> tuple[float, int]:
     """(share of seed subsets of size k whose point-best arm is not the all-seed point-best, subsets used).
 
     All C(S, k) subsets when there are at most `max_subsets`, else that many random subsets.

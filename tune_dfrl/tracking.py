@@ -28,7 +28,7 @@ from ray.tune import Callback
 from tune_dfrl.backend import BenchmarkInfo
 from tune_dfrl.ledger import PairedLedger
 from tune_dfrl.scheduler import ArmDecision
-from tune_dfrl.schema import RESULT_PREFIXES, SCORE, Summary
+from tune_dfrl.schema import RESULT_PREFIXES, Summary
 
 ROLE = "tune_dfrl.role"
 MAX_PARAM_CHARS = 6000
@@ -48,8 +48,7 @@ def ui_command(tracking_uri: str) -> str:
 
 
 def _params(values: Mapping[str, Any], prefix: str = "") -> list[Param]:
-    return [Param(f"{prefix}{k}", json.dumps(v) if not isinstance(v, str) else v)
-            for k, v in sorted(values.items())]
+    return [Param(f"{prefix}{k}", json.dumps(v) if not isinstance(v, str) else v) for k, v in sorted(values.items())]
 
 
 class SearchTracker(Callback):
@@ -78,15 +77,26 @@ class SearchTracker(Callback):
         self._stopped: set[str] = set()  # arm ids the scheduler stopped
         existing = self.client.get_experiment_by_name(experiment)
         if existing is not None and not resume:
-            raise ValueError(f"MLflow experiment {experiment!r} already exists at {tracking_uri}; "
-                             "one experiment per search: choose another mlflow.experiment=NAME")
+            raise ValueError(
+                f"MLflow experiment {experiment!r} already exists at {tracking_uri}; "
+                "one experiment per search: choose another mlflow.experiment=NAME"
+            )
         if existing is not None and self._reopen(existing.experiment_id):
             return
-        self.experiment_id = existing.experiment_id if existing is not None else self.client.create_experiment(
-            experiment, artifact_location=artifact_location,
-            tags={"mlflow.experimentKind": "custom_model_development", "space": space, "control_id": control_id},
+        self.experiment_id = (
+            existing.experiment_id
+            if existing is not None
+            else self.client.create_experiment(
+                experiment,
+                artifact_location=artifact_location,
+                tags={"mlflow.experimentKind": "custom_model_development", "space": space, "control_id": control_id},
+            )
         )
-        run = self.client.create_run(self.experiment_id, run_name=f"search {space}", tags={ROLE: "search", "space": space, "control_id": control_id})
+        run = self.client.create_run(
+            self.experiment_id,
+            run_name=f"search {space}",
+            tags={ROLE: "search", "space": space, "control_id": control_id},
+        )
         self.search_run_id = run.info.run_id
         self.client.log_batch(self.search_run_id, params=_params(settings))
         self.client.log_dict(self.search_run_id, [vars(b) for b in benchmarks], "benchmarks.json")
@@ -119,11 +129,20 @@ class SearchTracker(Callback):
         """The parent run of an arm, created when the arm first appears."""
         arm_id = arm["arm_id"]
         if arm_id not in self.arm_runs:
-            tags = {ROLE: "arm", "arm_id": arm_id, "arm_label": arm["label"], "method": arm["method"],
-                    "space": self.space, "control_id": self.control_id, "is_control": str(arm_id == self.control_id).lower(),
-                    "canonical": json.dumps({"method": arm["method"], "params": arm["params"]}, sort_keys=True)}
+            tags = {
+                ROLE: "arm",
+                "arm_id": arm_id,
+                "arm_label": arm["label"],
+                "method": arm["method"],
+                "space": self.space,
+                "control_id": self.control_id,
+                "is_control": str(arm_id == self.control_id).lower(),
+                "canonical": json.dumps({"method": arm["method"], "params": arm["params"]}, sort_keys=True),
+            }
             run = self.client.create_run(self.experiment_id, run_name=arm["label"], tags=tags)
-            self.client.log_batch(run.info.run_id, params=_params({"method": arm["method"]}) + _params(arm["params"], "param."))
+            self.client.log_batch(
+                run.info.run_id, params=_params({"method": arm["method"]}) + _params(arm["params"], "param.")
+            )
             self.arm_runs[arm_id] = run.info.run_id
         return self.arm_runs[arm_id]
 
@@ -131,8 +150,14 @@ class SearchTracker(Callback):
         """The child run of one (arm, seed) cell."""
         key = (arm["arm_id"], seed)
         if key not in self.seed_runs:
-            tags = {ROLE: "seed", "mlflow.parentRunId": self.arm_run(arm), "arm_id": arm["arm_id"],
-                    "arm_label": arm["label"], "method": arm["method"], "seed": str(seed)}
+            tags = {
+                ROLE: "seed",
+                "mlflow.parentRunId": self.arm_run(arm),
+                "arm_id": arm["arm_id"],
+                "arm_label": arm["label"],
+                "method": arm["method"],
+                "seed": str(seed),
+            }
             run = self.client.create_run(self.experiment_id, run_name=f"{arm['label']}/seed{seed}", tags=tags)
             self.seed_runs[key] = run.info.run_id
             self._open_seed_runs.add(run.info.run_id)
@@ -183,8 +208,11 @@ class SearchTracker(Callback):
         look, now = history["looks"][-1], int(time.time() * 1000)
         for arm, state in look["states"].items():
             if (run_id := self.arm_runs.get(arm)) is not None:
-                self.client.log_batch(run_id, metrics=[Metric("sequential_seeds", float(state["seeds"]), now, look["number"])],
-                                      tags=[RunTag(f"look{look['number']}", f"{state['status']} at {state['seeds']} seeds")])
+                self.client.log_batch(
+                    run_id,
+                    metrics=[Metric("sequential_seeds", float(state["seeds"]), now, look["number"])],
+                    tags=[RunTag(f"look{look['number']}", f"{state['status']} at {state['seeds']} seeds")],
+                )
 
     # -- after the search -------------------------------------------------------------------------
 
@@ -201,7 +229,13 @@ class SearchTracker(Callback):
                 continue
             metrics, tags = [], []
             for agg, figures in by_agg.items():
-                for key, stat in (("paired_delta", "delta"), ("ci_low", "ci_low"), ("ci_high", "ci_high"), ("mean", "mean"), ("p_holm", "p_holm")):
+                for key, stat in (
+                    ("paired_delta", "delta"),
+                    ("ci_low", "ci_low"),
+                    ("ci_high", "ci_high"),
+                    ("mean", "mean"),
+                    ("p_holm", "p_holm"),
+                ):
                     if getattr(figures, stat) is not None:
                         metrics.append(Metric(f"{key}_{agg}", float(getattr(figures, stat)), now, 0))
                 tags.append(RunTag(f"verdict_{agg}", figures.verdict))
@@ -209,7 +243,9 @@ class SearchTracker(Callback):
                 tags.append(RunTag("verdict", by_agg[primary].verdict))
             self.client.log_batch(run_id, metrics=metrics, tags=tags)
         self.client.log_artifacts(self.search_run_id, str(report_dir), "report")
-        self.client.set_tag(self.search_run_id, "recommendation", json.dumps(asdict(summary.recommendation))[:MAX_PARAM_CHARS])
+        self.client.set_tag(
+            self.search_run_id, "recommendation", json.dumps(asdict(summary.recommendation))[:MAX_PARAM_CHARS]
+        )
         self.close("FINISHED")
 
     def close(self, status: str) -> None:

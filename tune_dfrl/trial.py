@@ -61,8 +61,9 @@ class PlantedFault:
         if self.times is not None and struck >= self.times:
             return
         counter.write_text(str(struck + 1))
-        raise PlantedFaultError(f"planted fault (fault_injection) in arm {arm_id} seed {seed} at step {step}, "
-                                f"attempt {struck + 1}")
+        raise PlantedFaultError(
+            f"planted fault (fault_injection) in arm {arm_id} seed {seed} at step {step}, attempt {struck + 1}"
+        )
 
 
 @dataclass(frozen=True)

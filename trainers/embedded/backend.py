@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from tune_dfrl.policies import RolloutBatch
 
 from tune_dfrl.backend import ArmSpec, BenchmarkInfo, CalibrationResult, Milestone
-from tune_dfrl.policies import RolloutBatch
 
 from .base import ensure_base_model
 from .benchmarks import BENCHMARKS, get_benchmarks
@@ -98,7 +98,9 @@ def _cache_dir(r: EmbeddedRecipe) -> Path | None:
     return Path(r.cache_dir) if r.cache_dir else None
 
 
-def _train(r: EmbeddedRecipe, arm: ArmSpec, seed: int, report: Callable[[Milestone], None], ckpt: TrialCheckpoint) -> None:
+def _train(
+    r: EmbeddedRecipe, arm: ArmSpec, seed: int, report: Callable[[Milestone], None], ckpt: TrialCheckpoint
+) -> None:
     trainer = GRPOTrainer(r, arm, seed, ensure_base_model(r.base, _cache_dir(r)))
     evaluator = Evaluator(get_benchmarks(r.eval_benchmarks), trainer.tokenizer, r.max_new_tokens)
     milestones: list[Milestone] = []
@@ -116,7 +118,12 @@ def _train(r: EmbeddedRecipe, arm: ArmSpec, seed: int, report: Callable[[Milesto
             continue
         result = evaluator(trainer.model)
         milestone = Milestone(
-            trainer.steps_done, result.accuracy, result.length_chars, result.format_failure, result.aggregates, _mean(window)
+            trainer.steps_done,
+            result.accuracy,
+            result.length_chars,
+            result.format_failure,
+            result.aggregates,
+            _mean(window),
         )
         milestones.append(milestone)
         ckpt.save(trainer.state_dict(), milestones)

@@ -89,7 +89,8 @@ def data_digest() -> str:
 
 def cache_key(recipe: BaseRecipe) -> str:
     blob = json.dumps(
-        {"recipe": asdict(recipe), "data": data_digest(), "alphabet": ALPHABET, "format": FORMAT_VERSION}, sort_keys=True
+        {"recipe": asdict(recipe), "data": data_digest(), "alphabet": ALPHABET, "format": FORMAT_VERSION},
+        sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -134,7 +135,9 @@ def _warm_up(recipe: BaseRecipe, out_dir: Path) -> None:
     truth = encode_items(tokenizer, [i.prompt for i in items], [i.answer for i in items])
     wrong = encode_items(tokenizer, [i.prompt for i in items], [KINDS[i.kind].mistake(i) for i in items])
     optimizer = torch.optim.Adam(model.parameters(), lr=recipe.lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _warmup_cosine(s, recipe.warmup_steps, recipe.steps))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: _warmup_cosine(s, recipe.warmup_steps, recipe.steps)
+    )
     model.train()
     with Progress(transient=True) as progress:
         task = progress.add_task(f"building base model {out_dir.name}", total=recipe.steps)

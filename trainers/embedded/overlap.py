@@ -11,7 +11,7 @@ Two prompts are near-duplicates when
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from scipy import sparse
@@ -71,4 +71,6 @@ def _incidence(gram_sets: list[set[str]], vocab: dict[str, int]) -> sparse.csr_m
     cols = [vocab.setdefault(g, len(vocab)) for s in gram_sets for g in s]
     indptr = np.cumsum([0] + [len(s) for s in gram_sets])
     data = np.ones(len(cols), dtype=np.float64)
-    return sparse.csr_matrix((data, np.asarray(cols, dtype=np.int64), indptr), shape=(len(gram_sets), max(len(vocab), 1)))
+    return sparse.csr_matrix(
+        (data, np.asarray(cols, dtype=np.int64), indptr), shape=(len(gram_sets), max(len(vocab), 1))
+    )

@@ -22,8 +22,8 @@ Domains and kinds (level 1 = easy .. 3 = hard):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

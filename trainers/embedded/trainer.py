@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from tune_dfrl.policies import DomainSampler, Mixer, Policy, RolloutBatch, SamplerDraw, make_mixer, make_policy, resolve
 
 from tune_dfrl.backend import ArmSpec
-from tune_dfrl.policies import DomainSampler, Mixer, Policy, RolloutBatch, SamplerDraw, make_mixer, make_policy, resolve
 
 from .benchmarks import training_pools
 from .grpo import GRPOObjective
@@ -137,14 +137,16 @@ class GRPOTrainer:
 
     def state_dict(self) -> dict[str, Any]:
         """A snapshot (deep copy) of everything that determines the rest of the trial."""
-        return copy.deepcopy({
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "generator": self.generator.get_state(),
-            "sampler": self.sampler.state_dict(),
-            "mixer": self.arm.mixer.state_dict(),
-            "steps_done": self.steps_done,
-        })
+        return copy.deepcopy(
+            {
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "generator": self.generator.get_state(),
+                "sampler": self.sampler.state_dict(),
+                "mixer": self.arm.mixer.state_dict(),
+                "steps_done": self.steps_done,
+            }
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])

@@ -69,7 +69,10 @@ class VerlBackend:
 
     def resources(self) -> dict[str, float]:
         """Tune's share of a trial: `cpus_per_trial` CPUs, and `gpus_per_trial` GPUs on cuda (none on cpu)."""
-        return {"cpu": self.config.cpus_per_trial, "gpu": self.config.gpus_per_trial if self.config.device == "cuda" else 0}
+        return {
+            "cpu": self.config.cpus_per_trial,
+            "gpu": self.config.gpus_per_trial if self.config.device == "cuda" else 0,
+        }
 
     def run_trial(self, arm: ArmSpec, seed: int, report: Callable[[Milestone], None], checkpoint_dir: Path) -> None:
         checkpoint_dir = Path(checkpoint_dir).resolve()
@@ -111,8 +114,12 @@ class VerlBackend:
                 first_seen = True
                 step_s = sum(float(record["data"].get(f"timing_s/{t}", 0.0)) for t in ("step", "testing"))
                 with (checkpoint_dir / "verl_runs.jsonl").open("a") as handle:
-                    handle.write(json.dumps({"first_step": int(record["step"]),
-                                             "startup_s": time.monotonic() - started - step_s}) + "\n")
+                    handle.write(
+                        json.dumps(
+                            {"first_step": int(record["step"]), "startup_s": time.monotonic() - started - step_s}
+                        )
+                        + "\n"
+                    )
             milestone = reader.read(record)
             if milestone is not None:
                 deliver(milestone)
@@ -132,8 +139,10 @@ class VerlBackend:
             on_record=on_record,
         )
         if last != recipe.steps:
-            raise VerlRunError(f"verl finished without the final milestone at step {recipe.steps} (last: {last}); "
-                               f"see {checkpoint_dir / 'verl.log'}")
+            raise VerlRunError(
+                f"verl finished without the final milestone at step {recipe.steps} (last: {last}); "
+                f"see {checkpoint_dir / 'verl.log'}"
+            )
 
 
 def last_received_step(path: Path) -> int:

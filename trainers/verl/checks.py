@@ -54,16 +54,20 @@ def check_verl_installed() -> None:
         raise ValueError(f"the verl backend needs verl {VERL_VERSION}; installed: {version}. {install}")
     missing = [m for m in VERL_CORE_MODULES if importlib.util.find_spec(m) is None]
     if missing:
-        raise ValueError(f"verl's 'verl-core' extra is not installed (missing modules: {', '.join(missing)}): {install}")
+        raise ValueError(
+            f"verl's 'verl-core' extra is not installed (missing modules: {', '.join(missing)}): {install}"
+        )
 
 
 def check_rollout_engine(recipe: VerlRecipe) -> None:
     if recipe.device == "cpu":
         try:
-            recipe.engine
+            _ = recipe.engine  # importing the CPU rollout engine is the check
         except Exception as error:
-            raise ValueError(f"device=cpu needs tune_dfrl.trainers.verl.cpu (the CPU platform and HF rollout), which "
-                             f"does not import: {type(error).__name__}: {error}") from error
+            raise ValueError(
+                f"device=cpu needs tune_dfrl.trainers.verl.cpu (the CPU platform and HF rollout), which "
+                f"does not import: {type(error).__name__}: {error}"
+            ) from error
         return
     if importlib.util.find_spec(recipe.engine) is None:
         raise ValueError(
@@ -93,7 +97,9 @@ def check_data(recipe: VerlRecipe, mixer: bool) -> list[str]:
     for path, names in columns.items():
         lacking = [c for c in VERL_COLUMNS if c not in names]
         if lacking:
-            raise ValueError(f"{path} lacks the verl column(s) {lacking}; verl RL parquet files need {list(VERL_COLUMNS)}")
+            raise ValueError(
+                f"{path} lacks the verl column(s) {lacking}; verl RL parquet files need {list(VERL_COLUMNS)}"
+            )
     without_domain = [str(p) for p in recipe.train_files if recipe.domain_column not in columns[p]]
     if without_domain and mixer:
         raise ValueError(
@@ -119,14 +125,18 @@ def check_tokenizer(recipe: VerlRecipe) -> None:
     except Exception as error:
         raise ValueError(f"{where} has no usable tokenizer: {type(error).__name__}: {error}") from error
     if not getattr(tokenizer, "chat_template", None):
-        raise ValueError(f"{where}: its tokenizer has no chat template, with which verl renders every prompt; add one "
-                         "(`chat_template` in tokenizer_config.json), e.g. as `python -m tune_dfrl.trainers.verl.export` does")
+        raise ValueError(
+            f"{where}: its tokenizer has no chat template, with which verl renders every prompt; add one "
+            "(`chat_template` in tokenizer_config.json), e.g. as `python -m tune_dfrl.trainers.verl.export` does"
+        )
     prompt = pq.read_table(recipe.train_files[0], columns=["prompt"]).column("prompt")[0].as_py()
     try:
         text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
     except Exception as error:
-        raise ValueError(f"{where}: its chat template cannot render the first training prompt {prompt!r}: "
-                         f"{type(error).__name__}: {error}") from error
+        raise ValueError(
+            f"{where}: its chat template cannot render the first training prompt {prompt!r}: "
+            f"{type(error).__name__}: {error}"
+        ) from error
     if not tokenizer(text, add_special_tokens=False)["input_ids"]:
         raise ValueError(f"{where}: its chat template renders the first training prompt {prompt!r} to no tokens")
 
@@ -140,7 +150,9 @@ def check_benchmarks(recipe: VerlRecipe) -> None:
         raise ValueError(f"validation data_source(s) {unmapped} have no benchmark mapping; mapped: {sorted(mapped)}")
     absent = sorted(set(mapped) - set(counts))
     if absent:
-        raise ValueError(f"benchmark data_source(s) {absent} have no rows in the validation files {list(recipe.val_files)}")
+        raise ValueError(
+            f"benchmark data_source(s) {absent} have no rows in the validation files {list(recipe.val_files)}"
+        )
     wrong = [f"{s}: items={b.items}, rows={counts[s]}" for s, b in mapped.items() if b.items != counts[s]]
     if wrong:
         raise ValueError(f"benchmark item counts differ from the validation rows: {'; '.join(wrong)}")
@@ -205,9 +217,13 @@ def calibrate(recipe: VerlRecipe) -> CalibrationResult:
             extra_info = dict(row.get("extra_info") or {})
             cases = [(bench.reference_format.format(answer=truth), 1.0), *((m, 0.0) for m in MALFORMED)]
             for response, want in cases:
-                got = core_value(score(data_source=bench.data_source, solution_str=response, ground_truth=truth,
-                                       extra_info=extra_info))
+                got = core_value(
+                    score(
+                        data_source=bench.data_source, solution_str=response, ground_truth=truth, extra_info=extra_info
+                    )
+                )
                 if got != want:
-                    failures.append(f"{bench.name}: response {response!r} (ground truth {truth!r}) scores {got}, "
-                                    f"expected {want}")
+                    failures.append(
+                        f"{bench.name}: response {response!r} (ground truth {truth!r}) scores {got}, expected {want}"
+                    )
     return CalibrationResult(ok=not failures, failures=failures)

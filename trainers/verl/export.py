@@ -35,7 +35,6 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
-
 from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS, training_pools
 from tune_dfrl.trainers.embedded.model import EOS, PAD, UNK
 from tune_dfrl.trainers.embedded.tasks import Item
@@ -83,16 +82,20 @@ def chat_tokenizer(tokenizer: PreTrainedTokenizerFast) -> PreTrainedTokenizerFas
     the chat template renders user turns verbatim."""
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     specials = {PAD: PAD, EOS: CHAT_EOS, UNK: UNK}
-    vocab = {specials.get(token) or byte_level.pre_tokenize_str(token)[0][0]: index
-             for token, index in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])}
+    vocab = {
+        specials.get(token) or byte_level.pre_tokenize_str(token)[0][0]: index
+        for token, index in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    }
     vocab[byte_level.pre_tokenize_str(NEWLINE)[0][0]] = len(vocab)
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], fuse_unk=False, byte_fallback=False))
     core.normalizer = normalizers.NFC()
     core.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"), byte_level])
+        [pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"), byte_level]
+    )
     core.decoder = decoders.ByteLevel()
-    chat = PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, eos_token=CHAT_EOS, unk_token=UNK,
-                                   padding_side="left")
+    chat = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token=PAD, eos_token=CHAT_EOS, unk_token=UNK, padding_side="left"
+    )
     chat.chat_template = VERBATIM_CHAT_TEMPLATE
     return chat
 
@@ -122,16 +125,23 @@ def export(out_dir: Path, model_dir: Path | None = None, per_domain: int | None 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tune_dfrl.trainers.verl.export", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tune_dfrl.trainers.verl.export", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--model-dir", type=Path, default=None, help="embedded model directory (default: cached base model)")
+    parser.add_argument(
+        "--model-dir", type=Path, default=None, help="embedded model directory (default: cached base model)"
+    )
     parser.add_argument("--per-domain", type=int, default=None, help="training prompts per domain (default: all)")
     args = parser.parse_args(argv)
     if args.per_domain is not None and args.per_domain < 1:
         print(f"error: --per-domain must be >= 1; got {args.per_domain}", file=sys.stderr)
         return 2
     if args.model_dir is not None and not (args.model_dir / "config.json").is_file():
-        print(f"error: --model-dir {args.model_dir} is not a Hugging Face model directory (no config.json)", file=sys.stderr)
+        print(
+            f"error: --model-dir {args.model_dir} is not a Hugging Face model directory (no config.json)",
+            file=sys.stderr,
+        )
         return 2
     for path in export(args.out_dir.resolve(), args.model_dir, args.per_domain):
         print(path)

@@ -39,8 +39,15 @@ from .supervise import end_group, signal_group
 
 POLL_S = 0.5
 LOG_TAIL_LINES = 40
-TRAIN_METRICS = ("policy/", "critic/score/mean", "response_length/mean", "actor/entropy", "actor/pg_loss",
-                 "actor/kl_loss", "actor/grad_norm")
+TRAIN_METRICS = (
+    "policy/",
+    "critic/score/mean",
+    "response_length/mean",
+    "actor/entropy",
+    "actor/pg_loss",
+    "actor/kl_loss",
+    "actor/grad_norm",
+)
 _VAL_KEY = re.compile(r"val-(?:core|aux)/(?P<source>.+)/(?P<var>[^/]+)/mean@(?P<n>\d+)")
 
 
@@ -116,8 +123,15 @@ def run_child(
     supervised = [sys.executable, "-m", "tune_dfrl.trainers.verl.supervise", str(os.getpid()), "--", *command]
     tail = JsonlTail(metrics_path)
     with log_path.open("ab") as log:
-        process = subprocess.Popen(supervised, cwd=work_dir, env=dict(env), stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(
+            supervised,
+            cwd=work_dir,
+            env=dict(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     try:
         while True:
             code = process.poll()
@@ -160,7 +174,9 @@ class MilestoneReader:
         accuracy = {s.name: 100.0 * values["core", s.data_source] for s in self.sources}
         length = {s.name: values[k] for s in self.sources if (k := ("length_chars", s.data_source)) in values}
         failures = {s.name: values[k] for s in self.sources if (k := ("format_fail", s.data_source)) in values}
-        milestone = Milestone(step, accuracy, length, failures, milestone_aggregates(accuracy, length, self.bench), self._train())
+        milestone = Milestone(
+            step, accuracy, length, failures, milestone_aggregates(accuracy, length, self.bench), self._train()
+        )
         self.train.clear()
         return milestone
 

@@ -108,7 +108,9 @@ class VerlRecipe:
         expected = set(default_recipe())
         keys = set(recipe)
         if keys - expected:
-            raise ValueError(f"unknown verl recipe keys {sorted(keys - expected)}; allowed: {', '.join(sorted(expected))}")
+            raise ValueError(
+                f"unknown verl recipe keys {sorted(keys - expected)}; allowed: {', '.join(sorted(expected))}"
+            )
         if expected - keys - {"name"}:
             raise ValueError(f"verl recipe lacks keys {sorted(expected - keys - {'name'})}")
         if recipe.get("name", "verl") != "verl":
@@ -116,8 +118,17 @@ class VerlRecipe:
         for key in ("model_path", "train_files", "val_files"):
             if recipe[key] in (None, "???", [], ""):
                 raise ValueError(f"verl recipe key '{key}' must be set (it is {recipe[key]!r})")
-        counts = {k: _integer(recipe, k, low=1) for k in ("rollout_n", "max_prompt_length", "max_response_length",
-                                                          "steps", "milestone_every", "train_batch_size")}
+        counts = {
+            k: _integer(recipe, k, low=1)
+            for k in (
+                "rollout_n",
+                "max_prompt_length",
+                "max_response_length",
+                "steps",
+                "milestone_every",
+                "train_batch_size",
+            )
+        }
         mini = recipe["ppo_mini_batch_size"]
         mini = counts["train_batch_size"] if mini is None else _integer(recipe, "ppo_mini_batch_size", low=1)
         if counts["train_batch_size"] % mini:
@@ -131,13 +142,19 @@ class VerlRecipe:
         if engine is not None and engine not in ROLLOUT_ENGINES:
             raise ValueError(f"rollout_engine={engine!r}; allowed: null (the device's), {', '.join(ROLLOUT_ENGINES)}")
         if device == "cpu" and engine is not None:
-            raise ValueError(f"device=cpu rolls out with tune_dfrl's HF rollout; rollout_engine={engine} needs GPUs: "
-                             "set rollout_engine=null")
+            raise ValueError(
+                f"device=cpu rolls out with tune_dfrl's HF rollout; rollout_engine={engine} needs GPUs: "
+                "set rollout_engine=null"
+            )
         if device == "cpu" and gpus != 1:
-            raise ValueError(f"device=cpu trains in one process, which verl places on one logical GPU of the trial's "
-                             f"private Ray: gpus_per_trial must be 1; got {gpus}")
+            raise ValueError(
+                f"device=cpu trains in one process, which verl places on one logical GPU of the trial's "
+                f"private Ray: gpus_per_trial must be 1; got {gpus}"
+            )
         command = recipe["command"]
-        if command is not None and (isinstance(command, str) or not command or not all(isinstance(c, str) for c in command)):
+        if command is not None and (
+            isinstance(command, str) or not command or not all(isinstance(c, str) for c in command)
+        ):
             raise ValueError(f"verl recipe key 'command' must be null or a non-empty list of strings; got {command!r}")
         return cls(
             model_path=_paths(recipe, "model_path")[0],
@@ -192,7 +209,9 @@ def _paths(recipe: Mapping[str, Any], key: str) -> tuple[Path, ...]:
     paths = tuple(Path(str(p)).expanduser() for p in ([value] if isinstance(value, (str, Path)) else value))
     relative = [str(p) for p in paths if not p.is_absolute()]
     if relative:
-        raise ValueError(f"verl recipe key '{key}' needs absolute paths (trials run in their own folders); got {relative}")
+        raise ValueError(
+            f"verl recipe key '{key}' needs absolute paths (trials run in their own folders); got {relative}"
+        )
     return paths
 
 
@@ -238,8 +257,9 @@ def policy_json(arm: ArmSpec) -> str:
     return json.dumps({"method": arm.method, "params": arm.params, "arm_id": arm.arm_id}, sort_keys=True)
 
 
-def build_overrides(recipe: VerlRecipe, arm: ArmSpec, seed: int, checkpoint_dir: Path,
-                    validate_first: bool = False) -> list[str]:
+def build_overrides(
+    recipe: VerlRecipe, arm: ArmSpec, seed: int, checkpoint_dir: Path, validate_first: bool = False
+) -> list[str]:
     """verl Hydra overrides for (arm, seed) under `recipe` (see the module docstring)."""
     return [
         "algorithm.adv_estimator=grpo",

@@ -35,17 +35,26 @@ def generated_item(extra_info: dict[str, Any] | None, ground_truth: str) -> Item
     return Item(KINDS[kind].domain, kind, extra_info[PROMPT_KEY], str(ground_truth))
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
-                  **kwargs: Any) -> dict[str, float]:
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **kwargs: Any
+) -> dict[str, float]:
     item = generated_item(extra_info, ground_truth)
     if item is not None:
         answer = parse(item, solution_str.strip())
         correct = float(answer == item.answer)
-        return {"score": correct, "acc": correct, "length_chars": float(len(solution_str)),
-                "format_fail": float(answer is None)}
+        return {
+            "score": correct,
+            "acc": correct,
+            "length_chars": float(len(solution_str)),
+            "format_fail": float(answer is None),
+        }
     from verl.utils.reward_score import default_compute_score
 
     result = default_compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)
     score = float(result["score"] if isinstance(result, dict) else result)
-    return {"score": score, "acc": float(score > 0.5), "length_chars": float(len(solution_str)),
-            "format_fail": math.nan}
+    return {
+        "score": score,
+        "acc": float(score > 0.5),
+        "length_chars": float(len(solution_str)),
+        "format_fail": math.nan,
+    }

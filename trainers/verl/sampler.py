@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-
 from tune_dfrl.policies import DomainSampler, Mixer
 
 
@@ -49,8 +48,12 @@ class MixtureBatchSampler:
 
     def state_dict(self) -> dict[str, Any]:
         """Sampler streams, mixer window and step count (saved by verl's dataloader checkpoint)."""
-        return {"sampler": self.sampler.state_dict(), "mixer": self.mixer.state_dict(),
-                "steps_drawn": self.steps_drawn, "last_counts": self.last_counts.tolist()}
+        return {
+            "sampler": self.sampler.state_dict(),
+            "mixer": self.mixer.state_dict(),
+            "steps_drawn": self.steps_drawn,
+            "last_counts": self.last_counts.tolist(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.sampler.load_state_dict(state["sampler"])

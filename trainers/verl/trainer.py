@@ -30,7 +30,6 @@ from omegaconf import DictConfig, open_dict
 from tensordict import TensorDict
 from torchdata.stateful_dataloader import StatefulDataLoader
 from transfer_queue import KVBatchMeta
-
 from verl.protocol import DataProto
 from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync

@@ -52,11 +52,15 @@ def check_distributed(module: ModuleType) -> None:
     function = getattr(module, "initialize_global_process_group_ray", None)
     _require(callable(function), f"{DISTRIBUTED}.initialize_global_process_group_ray is missing")
     source = inspect.getsource(getattr(function, "__wrapped__", function))
-    _require(DEFAULT_BACKEND_SOURCE in source,
-             f"{DISTRIBUTED}.initialize_global_process_group_ray no longer contains `{DEFAULT_BACKEND_SOURCE}`")
-    _require(list(inspect.signature(function).parameters) == ["timeout_second", "backend"],
-             f"{DISTRIBUTED}.initialize_global_process_group_ray has parameters "
-             f"{list(inspect.signature(function).parameters)}; expected ['timeout_second', 'backend']")
+    _require(
+        DEFAULT_BACKEND_SOURCE in source,
+        f"{DISTRIBUTED}.initialize_global_process_group_ray no longer contains `{DEFAULT_BACKEND_SOURCE}`",
+    )
+    _require(
+        list(inspect.signature(function).parameters) == ["timeout_second", "backend"],
+        f"{DISTRIBUTED}.initialize_global_process_group_ray has parameters "
+        f"{list(inspect.signature(function).parameters)}; expected ['timeout_second', 'backend']",
+    )
 
 
 def patch_distributed(module: ModuleType) -> None:
@@ -80,10 +84,13 @@ def check_engines(module: ModuleType) -> None:
         _require(engine is not None, f"{FSDP_ENGINES}.{name} is missing")
         for backend in ENGINE_BACKENDS:
             registered = EngineRegistry._engines.get(model_type, {}).get(backend, {})
-            _require(registered.get("cuda") is engine,
-                     f"EngineRegistry[{model_type!r}][{backend!r}]['cuda'] is not {name}")
-            _require(registered.get(CPU_PLATFORM) in (None, engine),
-                     f"EngineRegistry[{model_type!r}][{backend!r}] has another engine for device 'cpu'")
+            _require(
+                registered.get("cuda") is engine, f"EngineRegistry[{model_type!r}][{backend!r}]['cuda'] is not {name}"
+            )
+            _require(
+                registered.get(CPU_PLATFORM) in (None, engine),
+                f"EngineRegistry[{model_type!r}][{backend!r}] has another engine for device 'cpu'",
+            )
 
 
 def register_engines(module: ModuleType) -> None:
@@ -98,11 +105,15 @@ def register_engines(module: ModuleType) -> None:
 
 def check_rollout_base(module: ModuleType) -> None:
     registry = getattr(module, "_ROLLOUT_REGISTRY", None)
-    _require(isinstance(registry, dict) and ("vllm", "async") in registry,
-             f"{ROLLOUT_BASE}._ROLLOUT_REGISTRY is not a dict keyed by (name, mode)")
+    _require(
+        isinstance(registry, dict) and ("vllm", "async") in registry,
+        f"{ROLLOUT_BASE}._ROLLOUT_REGISTRY is not a dict keyed by (name, mode)",
+    )
     abstract = set(module.BaseRollout.__abstractmethods__)
-    _require(abstract == {"resume", "update_weights", "release"},
-             f"{ROLLOUT_BASE}.BaseRollout's abstract methods are {sorted(abstract)}")
+    _require(
+        abstract == {"resume", "update_weights", "release"},
+        f"{ROLLOUT_BASE}.BaseRollout's abstract methods are {sorted(abstract)}",
+    )
 
 
 def register_rollout_adapter(module: ModuleType) -> None:
@@ -111,13 +122,19 @@ def register_rollout_adapter(module: ModuleType) -> None:
 
 
 def check_rollout_replica(module: ModuleType) -> None:
-    _require(callable(getattr(getattr(module, "RolloutReplicaRegistry", None), "register", None)),
-             f"{ROLLOUT_REPLICA}.RolloutReplicaRegistry.register is missing")
+    _require(
+        callable(getattr(getattr(module, "RolloutReplicaRegistry", None), "register", None)),
+        f"{ROLLOUT_REPLICA}.RolloutReplicaRegistry.register is missing",
+    )
     abstract = set(module.RolloutReplica.__abstractmethods__)
-    _require(abstract == {"launch_servers"}, f"{ROLLOUT_REPLICA}.RolloutReplica's abstract methods are {sorted(abstract)}")
+    _require(
+        abstract == {"launch_servers"}, f"{ROLLOUT_REPLICA}.RolloutReplica's abstract methods are {sorted(abstract)}"
+    )
     fields = set(module.TokenOutput.model_fields)
-    _require({"token_ids", "log_probs", "stop_reason", "extra_fields"} <= fields,
-             f"{ROLLOUT_REPLICA}.TokenOutput has fields {sorted(fields)}")
+    _require(
+        {"token_ids", "log_probs", "stop_reason", "extra_fields"} <= fields,
+        f"{ROLLOUT_REPLICA}.TokenOutput has fields {sorted(fields)}",
+    )
 
 
 def _load_replica() -> type:

@@ -15,7 +15,6 @@ from typing import Any
 
 import psutil
 import torch
-
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
 from ..plugin import CPU_PLATFORM

@@ -32,7 +32,6 @@ import ray
 import torch
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
-
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
 
@@ -73,8 +72,16 @@ def truncated_probs(log_p: torch.Tensor, top_k: int, top_p: float) -> torch.Tens
 
 
 @torch.no_grad()
-def sample(model: Any, prompt_ids: list[int], max_tokens: int, temperature: float, top_k: int, top_p: float,
-           stop_ids: set[int], generator: torch.Generator) -> tuple[list[int], list[float]]:
+def sample(
+    model: Any,
+    prompt_ids: list[int],
+    max_tokens: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    stop_ids: set[int],
+    generator: torch.Generator,
+) -> tuple[list[int], list[float]]:
     """(response tokens, their log-probs) for one prompt; see the module docstring."""
     tokens: list[int] = []
     log_probs: list[float] = []
@@ -121,12 +128,15 @@ class HFRolloutServer:
         result = self.model.load_state_dict(state, strict=False)
         tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
         if result.unexpected_keys or set(result.missing_keys) - tied:
-            raise ValueError(f"weight sync mismatch: missing {result.missing_keys}, unexpected {result.unexpected_keys}")
+            raise ValueError(
+                f"weight sync mismatch: missing {result.missing_keys}, unexpected {result.unexpected_keys}"
+            )
         self.weight_version = int(global_steps or 0)
         self.occurrences.clear()
 
-    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str,
-                       **unused: Any) -> TokenOutput:
+    async def generate(
+        self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str, **unused: Any
+    ) -> TokenOutput:
         prompt = [int(t) for t in prompt_ids]
         room = self.max_model_len - len(prompt)
         if room < 1:
@@ -134,14 +144,27 @@ class HFRolloutServer:
         max_tokens = min(self.config.response_length, int(sampling_params.get("max_tokens") or room), room)
         occurrence = self.occurrences[tuple(prompt)]
         self.occurrences[tuple(prompt)] += 1
-        generator = torch.Generator().manual_seed(request_seed(self.config.seed, self.weight_version, prompt, occurrence))
+        generator = torch.Generator().manual_seed(
+            request_seed(self.config.seed, self.weight_version, prompt, occurrence)
+        )
         async with self.lock:
             tokens, log_probs = await asyncio.to_thread(
-                sample, self.model, prompt, max_tokens, float(sampling_params.get("temperature", 1.0)),
-                int(sampling_params.get("top_k", -1)), float(sampling_params.get("top_p", 1.0)), self.stop_ids, generator,
+                sample,
+                self.model,
+                prompt,
+                max_tokens,
+                float(sampling_params.get("temperature", 1.0)),
+                int(sampling_params.get("top_k", -1)),
+                float(sampling_params.get("top_p", 1.0)),
+                self.stop_ids,
+                generator,
             )
-        return TokenOutput(token_ids=tokens, log_probs=log_probs, stop_reason="completed",
-                           extra_fields={"global_steps": self.weight_version})
+        return TokenOutput(
+            token_ids=tokens,
+            log_probs=log_probs,
+            stop_reason="completed",
+            extra_fields={"global_steps": self.weight_version},
+        )
 
     async def wake_up(self, tags: list[str] | None = None) -> None:
         pass
@@ -176,11 +199,15 @@ class HFReplica(RolloutReplica):
 
     async def launch_servers(self) -> None:
         if self.rollout_mode != RolloutMode.HYBRID or self.world_size != 1:
-            raise NotImplementedError(f"rollout '{ROLLOUT_NAME}' runs in hybrid mode with tensor_model_parallel_size=1 "
-                                      f"only; got mode {self.rollout_mode}, world size {self.world_size}")
+            raise NotImplementedError(
+                f"rollout '{ROLLOUT_NAME}' runs in hybrid mode with tensor_model_parallel_size=1 "
+                f"only; got mode {self.rollout_mode}, world size {self.world_size}"
+            )
         name = server_name(self.replica_rank)
-        server = ray.remote(HFRolloutServer).options(name=name, max_concurrency=self.max_concurrency).remote(
-            config=self.config, model_config=self.model_config, replica_rank=self.replica_rank
+        server = (
+            ray.remote(HFRolloutServer)
+            .options(name=name, max_concurrency=self.max_concurrency)
+            .remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
         )
         await server.ready.remote()
         self.servers, self._server_handle, self._server_address = [server], server, name
@@ -200,12 +227,19 @@ class HFServerAdapter(BaseRollout):
     async def release(self) -> None:
         pass
 
-    async def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]], wire_format: str = "named_tensors",
-                             global_steps: int | None = None, **kwargs: Any) -> None:
+    async def update_weights(
+        self,
+        weights: Iterable[tuple[str, torch.Tensor]],
+        wire_format: str = "named_tensors",
+        global_steps: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         if wire_format != "named_tensors":
             raise ValueError(f"rollout '{ROLLOUT_NAME}' takes full named tensors; got wire format {wire_format!r}")
-        state = {name: (t.full_tensor() if isinstance(t, DTensor) else t).detach().to("cpu", copy=True)
-                 for name, t in weights}
+        state = {
+            name: (t.full_tensor() if isinstance(t, DTensor) else t).detach().to("cpu", copy=True)
+            for name, t in weights
+        }
         if self.server is None:
             self.server = ray.get_actor(server_name(self.replica_rank))
         await self.server.load_weights.remote(state, global_steps)
