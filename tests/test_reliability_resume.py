@@ -166,7 +166,7 @@ def test_rerunning_a_finished_search_trains_nothing(resumed: Resumed, ray_sessio
     )
     assert (resumed.out / "results.jsonl").read_text() == before
     assert not [p for p in (resumed.out / "ray" / "resume2").iterdir() if "-seed" in p.name]  # no trial at all
-    assert summary["recommendation"]["recommended"]
+    assert summary.recommendation.recommended  # run_search returns the typed Summary
 
 
 def test_a_second_search_takes_its_control_from_the_cache(resumed: Resumed, ray_session) -> None:
