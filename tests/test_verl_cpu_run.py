@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
+import signal
 import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from tune_dfrl.trainers.embedded.base import BaseRecipe, ensure_base_model
 from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS
 from tune_dfrl.trainers.verl.backend import VerlBackend
 from tune_dfrl.trainers.verl.cpu import ray_temp_dir
 from tune_dfrl.trainers.verl.export import export_model, export_tasks, rows, write_parquet
+from tune_dfrl.trainers.verl.launcher import VerlRunError
 from tune_dfrl.trainers.verl.recipe import default_recipe
 
 from tune_dfrl.backend import ArmSpec
@@ -129,6 +133,67 @@ def test_a_checkpointed_milestone_the_search_never_got_is_validated_from_the_che
     logged = [json.loads(line) for line in (trial / "verl_metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logged] == [STEPS] and "timing_s/step" not in logged[0]["data"]  # validation only
     assert not ray_temp_dir(trial).exists()
+
+
+def verl_processes() -> list[psutil.Process]:
+    """This process's verl supervisors (`tune_dfrl.trainers.verl.supervise`) and every process below them."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "tune_dfrl.trainers.verl.supervise" in " ".join(child.cmdline()):
+                found += [child, *child.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def running(process: psutil.Process) -> bool:
+    """Alive and not a zombie (a zombie only waits for its parent to reap it)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def trained(trial: Path) -> list[int]:
+    """Steps verl trained in its latest start (verl_metrics.jsonl is rewritten by every start)."""
+    lines = (trial / "verl_metrics.jsonl").read_text().splitlines()
+    return [r["step"] for r in map(json.loads, lines) if "timing_s/step" in r["data"]]
+
+
+def test_a_trial_killed_after_a_checkpoint_continues_from_it_without_training_a_step_twice(runs):
+    """A crash of the whole trial: every verl process is SIGKILLed as the step-1 milestone arrives (a milestone and
+    a checkpoint every step). The rerun loads verl's step-1 checkpoint, trains step 2 only, reports only its
+    milestone, and leaves no process and no private Ray folder behind."""
+    backend = VerlBackend({**runs.backend.recipe, "milestone_every": 1})
+    trial, killed = runs.root / "control_crashed", []
+
+    def crash(milestone) -> None:
+        killed.extend(verl_processes())
+        for process in killed:
+            try:
+                os.kill(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    first: list = []
+    with pytest.raises(VerlRunError, match="verl exited with code"):
+        backend.run_trial(ARMS["control"], SEED, lambda m: (first.append(m), crash(m)), trial)
+    assert [m.step for m in first] == [1] and len(killed) >= 3  # supervisor, main_ppo and its Ray at least
+    assert trained(trial) == [1] and int((trial / "verl" / "latest_checkpointed_iteration.txt").read_text()) == 1
+    log_at_crash = (trial / "verl.log").stat().st_size
+
+    again: list = []
+    backend.run_trial(ARMS["control"], SEED, again.append, trial)
+    assert [m.step for m in again] == [STEPS] and again[0].train  # trained, not only validated
+    assert trained(trial) == [STEPS]
+    starts = [json.loads(line) for line in (trial / "verl_runs.jsonl").read_text().splitlines()]
+    assert [s["first_step"] for s in starts] == [1, STEPS]
+    with (trial / "verl.log").open("rb") as log:
+        log.seek(log_at_crash)
+        assert b"global_step_1" in log.read()  # the second start loaded the step-1 checkpoint
+    assert not any(running(p) for p in killed)
+    assert verl_processes() == [] and not ray_temp_dir(trial).exists()
 
 
 def test_narrow_difficulty_band_drops_responses_and_changes_the_loss(runs):
