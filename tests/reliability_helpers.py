@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -139,3 +140,15 @@ SMALL = (
 
 def synthetic_search_command(*overrides: str) -> list[str]:
     return [sys.executable, "-c", SYNTHETIC_CLI, *SMALL, *overrides]
+
+
+def resume_search(command: list[str], root: Path, env: dict[str, str], ray_tmp: Path, timeout_s: float) -> None:
+    """Run `command resume=true` to its end (log: root/resumed.log), then end what is left of its Ray (marked by
+    `ray_tmp`) and remove `ray_tmp`; the resumed search must exit 0."""
+    resume = start([*command, "resume=true"], cwd=root, env=env, log=root / "resumed.log")
+    try:
+        resume.wait(timeout=timeout_s)
+    finally:
+        stop(resume, marker=str(ray_tmp))
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert resume.returncode == 0, (root / "resumed.log").read_text()[-3000:]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import shutil
 import signal
 from collections import Counter
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from pathlib import Path
 import optuna
 import pytest
 from mlflow import MlflowClient
-from reliability_helpers import TINY, records, search_command, short_tmp, start, stop, wait_for
+from reliability_helpers import TINY, records, resume_search, search_command, short_tmp, start, stop, wait_for
 from search_helpers import search_cfg
 
 from tune_dfrl.search import OPTUNA_STUDY, plan_search, run_search
@@ -90,13 +89,7 @@ def resumed(tmp_path_factory: pytest.TempPathFactory) -> Resumed:
     assert driver.returncode == -signal.SIGKILL, (root / "interrupted.log").read_text()[-3000:]
     before = interrupted_state(out)
 
-    resume = start([*command, "resume=true"], cwd=root, env=env, log=root / "resumed.log")
-    try:
-        resume.wait(timeout=900)
-    finally:
-        stop(resume, marker=str(ray_tmp))
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    assert resume.returncode == 0, (root / "resumed.log").read_text()[-3000:]
+    resume_search(command, root, env, ray_tmp, 900)
     return Resumed(root, out, cache, before)
 
 

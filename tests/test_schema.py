@@ -68,14 +68,9 @@ def by_hand(scored: list[Scored]) -> dict[str, float]:
     }
 
 
-def test_both_backends_and_the_report_give_the_same_aggregates():
-    rng = np.random.default_rng(7)
-    runs = {(arm, seed): scored_run(rng, 0.5 + 0.1 * i) for i, arm in enumerate(ARMS) for seed in SEEDS}
-    embedded = {key: embedded_aggregate(BENCHMARKS, scored).aggregates for key, scored in runs.items()}
-    for key, scored in runs.items():
-        assert embedded[key] == pytest.approx(by_hand(scored), rel=1e-12)
-        assert verl_aggregates(scored) == pytest.approx(embedded[key], rel=1e-12)
-    rows = [
+def score_rows(runs: dict) -> list[dict]:
+    """Long-form report rows (accuracy %, mean characters) of scored runs keyed by (arm, seed)."""
+    return [
         {
             "arm": arm,
             "seed": seed,
@@ -86,6 +81,16 @@ def test_both_backends_and_the_report_give_the_same_aggregates():
         for (arm, seed), scored in runs.items()
         for b, s in zip(BENCHMARKS, scored)
     ]
+
+
+def test_both_backends_and_the_report_give_the_same_aggregates():
+    rng = np.random.default_rng(7)
+    runs = {(arm, seed): scored_run(rng, 0.5 + 0.1 * i) for i, arm in enumerate(ARMS) for seed in SEEDS}
+    embedded = {key: embedded_aggregate(BENCHMARKS, scored).aggregates for key, scored in runs.items()}
+    for key, scored in runs.items():
+        assert embedded[key] == pytest.approx(by_hand(scored), rel=1e-12)
+        assert verl_aggregates(scored) == pytest.approx(embedded[key], rel=1e-12)
+    rows = score_rows(runs)
     summary = analyze(ScoreTable(pd.DataFrame(rows), BENCH), "control")
     assert summary.aggregations == ["db", "macro", "item", "efficiency"]
     for name in summary.aggregations:
@@ -102,17 +107,7 @@ def test_efficiency_without_characters_is_undefined_everywhere():
     assert np.isnan(embedded_aggregate(BENCHMARKS, empty).aggregates["efficiency"])
     assert np.isnan(verl_aggregates(empty)["efficiency"])
     runs = {(arm, seed): scored_run(rng, 0.5, empty=seed == 1) for arm in ARMS for seed in SEEDS}
-    rows = [
-        {
-            "arm": arm,
-            "seed": seed,
-            "benchmark": b.name,
-            "score": 100.0 * s.correct.mean(),
-            "length_chars": s.chars.mean(),
-        }
-        for (arm, seed), scored in runs.items()
-        for b, s in zip(BENCHMARKS, scored)
-    ]
+    rows = score_rows(runs)
     table = ScoreTable(pd.DataFrame(rows), BENCH)
     with pytest.raises(ValueError, match=r"aggregation 'efficiency' is undefined \(NaN\) for 2 run\(s\)"):
         analyze(table, "control")

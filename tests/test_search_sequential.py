@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 import optuna
 import pytest
 from mlflow import MlflowClient
-from reliability_helpers import TINY, records, search_command, short_tmp, start, stop, wait_for
+from reliability_helpers import TINY, records, resume_search, search_command, short_tmp, start, stop, wait_for
 from search_helpers import search_cfg
 
 from tune_dfrl.search import OPTUNA_STUDY, plan_search, run_search
@@ -168,13 +167,7 @@ def resumed(embedded_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> t
             if r["final"]
         },
     }
-    resume = start([*command, "resume=true"], cwd=root, env=env, log=root / "resumed.log")
-    try:
-        resume.wait(timeout=900)
-    finally:
-        stop(resume, marker=str(ray_tmp))
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    assert resume.returncode == 0, (root / "resumed.log").read_text()[-3000:]
+    resume_search(command, root, env, ray_tmp, 900)
     return out, before
 
 

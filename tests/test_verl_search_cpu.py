@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
-from reliability_helpers import records, search_command, short_tmp, start, stop, wait_for
+from reliability_helpers import records, resume_search, search_command, short_tmp, start, stop, wait_for
 from tune_dfrl.trainers.embedded.base import BaseRecipe, ensure_base_model
 from tune_dfrl.trainers.verl.cpu import ray_temp_dir
 
@@ -213,13 +212,7 @@ def resumed(searched, files, control_cache, tmp_path_factory) -> Resumed:
     starts = len(records(trial_dir(out, cell) / "verl_runs.jsonl"))
     log_at_kill = (trial_dir(out, cell) / "verl.log").stat().st_size
 
-    resume = start([*command, "resume=true"], cwd=root, env=env, log=root / "resumed.log")
-    try:
-        resume.wait(timeout=2400)
-    finally:
-        stop(resume, marker=str(ray_tmp))
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    assert resume.returncode == 0, (root / "resumed.log").read_text()[-3000:]
+    resume_search(command, root, env, ray_tmp, 2400)
     return Resumed(out, cell, checkpoint, killed_records, starts, log_at_kill, tree, left)
 
 
