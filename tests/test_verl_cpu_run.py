@@ -166,9 +166,10 @@ def test_a_trial_killed_after_a_checkpoint_continues_from_it_without_training_a_
     a checkpoint every step). The rerun loads verl's step-1 checkpoint, trains step 2 only, reports only its
     milestone, and leaves no process and no private Ray folder behind."""
     backend = VerlBackend({**runs.backend.recipe, "milestone_every": 1})
-    trial, killed = runs.root / "control_crashed", []
+    trial, first, killed = runs.root / "control_crashed", [], []
 
-    def crash(milestone) -> None:
+    def report_then_crash(milestone) -> None:
+        first.append(milestone)
         killed.extend(verl_processes())
         for process in killed:
             try:
@@ -176,9 +177,8 @@ def test_a_trial_killed_after_a_checkpoint_continues_from_it_without_training_a_
             except ProcessLookupError:
                 pass
 
-    first: list = []
     with pytest.raises(VerlRunError, match="verl exited with code"):
-        backend.run_trial(ARMS["control"], SEED, lambda m: (first.append(m), crash(m)), trial)
+        backend.run_trial(ARMS["control"], SEED, report_then_crash, trial)
     assert [m.step for m in first] == [1] and len(killed) >= 3  # supervisor, main_ppo and its Ray at least
     assert trained(trial) == [1] and int((trial / "verl" / "latest_checkpointed_iteration.txt").read_text()) == 1
     log_at_crash = (trial / "verl.log").stat().st_size
