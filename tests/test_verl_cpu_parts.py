@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import types
+import uuid
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import torch
 from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS, training_pools
 from tune_dfrl.trainers.embedded.model import EOS_ID, ModelShape, build_tokenizer, new_model, save_model
 from tune_dfrl.trainers.verl.cpu import cpu_env, cpu_overrides, patches, ray_temp_dir
-from tune_dfrl.trainers.verl.cpu.rollout import request_seed, sample, truncated_probs
+from tune_dfrl.trainers.verl.cpu.rollout import group_index, request_seed, sample, truncated_probs
 from tune_dfrl.trainers.verl.export import CHAT_EOS, NEWLINE, export_model, main
 
 
@@ -44,6 +45,14 @@ def test_a_changed_symbol_that_differs_is_an_error():
     with pytest.raises(patches.PinnedSymbolError, match="_ROLLOUT_REGISTRY"):
         patches.check_rollout_base(types.SimpleNamespace(_ROLLOUT_REGISTRY={}))
 
+    class SingleTurnAgentLoop:  # builds a fresh uuid request id whatever full_determinism says
+        async def run(self, sampling_params, priority=0, **kwargs):
+            request_id = uuid.uuid4().hex
+            return request_id
+
+    with pytest.raises(patches.PinnedSymbolError, match="no longer builds"):
+        patches.check_single_turn(types.SimpleNamespace(SingleTurnAgentLoop=SingleTurnAgentLoop))
+
 
 CPU_PROCESS = """
 import os, torch, verl
@@ -52,7 +61,8 @@ from verl.utils.distributed import initialize_global_process_group_ray
 from verl.workers.engine.base import EngineRegistry
 from verl.workers.rollout.base import get_rollout_class
 from verl.workers.rollout.replica import get_rollout_replica_class
-from tune_dfrl.trainers.verl.cpu import ROLLOUT_NAME
+from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+from tune_dfrl.trainers.verl.cpu import AGENT_LOOP_NAME, ROLLOUT_NAME
 import verl.workers.engine.fsdp.transformer_impl as fsdp
 
 platform = get_platform()
@@ -61,6 +71,9 @@ assert torch.ones(1).to(platform.current_device()).device.type == "cpu"
 assert EngineRegistry._engines["language_model"]["fsdp2"]["cpu"] is fsdp.FSDPEngineWithLMHead
 assert get_rollout_class(ROLLOUT_NAME).__name__ == "HFServerAdapter"
 assert get_rollout_replica_class(ROLLOUT_NAME).__name__ == "HFReplica"
+from hydra.utils import get_class
+loop = get_class(_agent_loop_registry[AGENT_LOOP_NAME]["_target_"])
+assert loop.__name__ == "GroupIndexedAgentLoop" and "single_turn_agent" in _agent_loop_registry
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533", RANK="0", WORLD_SIZE="1")
 initialize_global_process_group_ray()
 value = torch.ones(2)
@@ -81,6 +94,8 @@ def test_a_verl_platform_cpu_process_gets_platform_engines_rollout_and_process_g
 def test_cpu_overrides_and_environment(tmp_path):
     overrides = cpu_overrides(tmp_path, 16)
     assert "trainer.device=cpu" in overrides and "actor_rollout_ref.rollout.name=hf_cpu" in overrides
+    assert "actor_rollout_ref.rollout.full_determinism=true" in overrides
+    assert "actor_rollout_ref.rollout.agent.default_agent_loop=hf_cpu_single_turn" in overrides
     temp_dir = next(o.split("=", 1)[1] for o in overrides if o.startswith("+ray_kwargs.ray_init._temp_dir="))
     assert len(temp_dir) <= 40 and temp_dir != "/tmp/ray" and temp_dir == str(ray_temp_dir(tmp_path))
     env = cpu_env(tmp_path)
@@ -149,4 +164,9 @@ def test_truncation_and_request_seeds():
     assert truncated_probs(log_p, 2, 1.0).nonzero().flatten().tolist() == [0, 1]
     assert truncated_probs(log_p, -1, 0.7).nonzero().flatten().tolist() == [0, 1]
     assert truncated_probs(log_p, -1, 0.85).nonzero().flatten().tolist() == [0, 1, 2]
-    assert request_seed(1, 0, [5, 6], 0) == request_seed(1, 0, [5, 6], 0) != request_seed(1, 0, [5, 6], 1)
+    assert request_seed(1, 0, 0, [5, 6]) == request_seed(1, 0, 0, [5, 6]) != request_seed(1, 0, 1, [5, 6])
+    assert request_seed(1, 0, 0, [5, 6]) not in {request_seed(2, 0, 0, [5, 6]), request_seed(1, 1, 0, [5, 6])}
+    assert group_index("det-3") == 3
+    for request_id in ("0f3a9c", "det-", "det-x", "vllm-3"):  # verl's uuid ids without rollout.full_determinism
+        with pytest.raises(ValueError, match="full_determinism=true and agent loop 'hf_cpu_single_turn'"):
+            group_index(request_id)

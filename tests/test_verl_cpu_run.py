@@ -39,11 +39,15 @@ VAL_ITEMS = 4
 BASE_STEPS = 150  # a briefly warmed-up base model: some groups solved, some not
 ARMS = {
     "control": ArmSpec("baseline", {}, "control", "control"),
-    "control_again": ArmSpec("baseline", {}, "control", "control"),
     "band": ArmSpec("difffilter", {"low": 0.3, "high": 0.7}, "band", "difffilter 0.3-0.7"),
     "softmax": ArmSpec("softmax", {"temperature": 0.5}, "softmax", "softmax T=0.5"),
     "mix": ArmSpec("static", {"proportions": [0.5, 0.25, 0.25]}, "mix", "static 2:1:1"),
 }
+
+
+def verl_log(trial: Path) -> dict[int, dict]:
+    """verl's metrics by step, as its latest start logged them (every start rewrites verl_metrics.jsonl)."""
+    return {r["step"]: r["data"] for r in map(json.loads, (trial / "verl_metrics.jsonl").read_text().splitlines())}
 
 
 def run_figures(trial: Path) -> dict:
@@ -70,9 +74,7 @@ class Runs:
             started = time.monotonic()
             self.backend.run_trial(ARMS[name], SEED, milestones.append, trial)
             print(json.dumps({"arm": name, "wall_s": round(time.monotonic() - started, 1), **run_figures(trial)}))
-            lines = (trial / "verl_metrics.jsonl").read_text().splitlines()
-            records = {r["step"]: r["data"] for r in map(json.loads, lines)}
-            self.done[name] = milestones, records
+            self.done[name] = milestones, verl_log(trial)
         return self.done[name]
 
 
@@ -115,6 +117,7 @@ def test_grpo_steps_with_validation_milestones(runs):
     assert any(key.startswith("val-core/") for key in records[STEPS])
     for step in (1, 2):
         assert records[step]["actor/grad_norm"] > 0 and math.isfinite(records[step]["actor/pg_loss"])
+        assert records[step]["critic/advantages/max"] > 0  # a group's responses differ: GRPO has a signal
         assert 0 < records[step]["critic/score/mean"] < 1  # solved and unsolved responses
         assert records[step]["training/rollout_probs_diff_max"] < 0.05  # rollout log-probs = the actor's
 
@@ -129,7 +132,7 @@ def test_a_checkpointed_milestone_the_search_never_got_is_validated_from_the_che
     again: list = []
     runs.backend.run_trial(ARMS["control"], SEED, again.append, trial)
     assert [m.step for m in again] == [STEPS] and again[0].train == {}
-    assert all(abs(again[0].accuracy[k] - milestones[0].accuracy[k]) <= 100 / VAL_ITEMS for k in again[0].accuracy)
+    assert again[0].accuracy == milestones[0].accuracy  # the checkpoint's weights, greedy decoding
     logged = [json.loads(line) for line in (trial / "verl_metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logged] == [STEPS] and "timing_s/step" not in logged[0]["data"]  # validation only
     assert not ray_temp_dir(trial).exists()
@@ -156,15 +159,26 @@ def running(process: psutil.Process) -> bool:
 
 
 def trained(trial: Path) -> list[int]:
-    """Steps verl trained in its latest start (verl_metrics.jsonl is rewritten by every start)."""
-    lines = (trial / "verl_metrics.jsonl").read_text().splitlines()
-    return [r["step"] for r in map(json.loads, lines) if "timing_s/step" in r["data"]]
+    """Steps verl trained in its latest start."""
+    return [step for step, record in verl_log(trial).items() if "timing_s/step" in record]
 
 
-def test_a_trial_killed_after_a_checkpoint_continues_from_it_without_training_a_step_twice(runs):
+def same_numbers(record: dict) -> dict:
+    """A verl metrics record without its clock readings (`timing_s/`, `timing_per_token_ms/`, `perf/` and
+    `actor/perf/`: seconds, throughput, memory)."""
+    clock = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/")
+    return {k: v for k, v in record.items() if not k.startswith(clock)}
+
+
+def test_a_killed_trial_continues_from_its_checkpoint_with_the_numbers_of_an_uninterrupted_one(runs):
     """A crash of the whole trial: every verl process is SIGKILLed as the step-1 milestone arrives (a milestone and
     a checkpoint every step). The rerun loads verl's step-1 checkpoint, trains step 2 only, reports only its
-    milestone, and leaves no process and no private Ray folder behind."""
+    milestone, and leaves no process and no private Ray folder behind.
+
+    Same arm, same seed, same numbers: the killed start's step 1 and the rerun's step 2 are the uninterrupted
+    control's, bit for bit (clock readings aside; the killed start also validated at step 1). Each response is
+    seeded by its index in its group and the update sees the responses in submission order
+    (trainers/verl/cpu/rollout.py, trainers/verl/trainer.py), not in the order they finished."""
     backend = VerlBackend({**runs.backend.recipe, "milestone_every": 1})
     trial, first, killed = runs.root / "control_crashed", [], []
 
@@ -180,6 +194,7 @@ def test_a_trial_killed_after_a_checkpoint_continues_from_it_without_training_a_
     with pytest.raises(VerlRunError, match="verl exited with code"):
         backend.run_trial(ARMS["control"], SEED, report_then_crash, trial)
     assert [m.step for m in first] == [1] and len(killed) >= 3  # supervisor, main_ppo and its Ray at least
+    killed_step_1 = same_numbers(verl_log(trial)[1])
     assert trained(trial) == [1] and int((trial / "verl" / "latest_checkpointed_iteration.txt").read_text()) == 1
     log_at_crash = (trial / "verl.log").stat().st_size
 
@@ -187,6 +202,11 @@ def test_a_trial_killed_after_a_checkpoint_continues_from_it_without_training_a_
     backend.run_trial(ARMS["control"], SEED, again.append, trial)
     assert [m.step for m in again] == [STEPS] and again[0].train  # trained, not only validated
     assert trained(trial) == [STEPS]
+    control_milestones, control = runs("control")
+    assert len(same_numbers(control[1])) > 50 and control[1]["actor/pg_loss"] != 0
+    assert {k: killed_step_1[k] for k in same_numbers(control[1])} == same_numbers(control[1])
+    assert same_numbers(verl_log(trial)[STEPS]) == same_numbers(control[STEPS])
+    assert again[0].accuracy == control_milestones[0].accuracy
     starts = [json.loads(line) for line in (trial / "verl_runs.jsonl").read_text().splitlines()]
     assert [s["first_step"] for s in starts] == [1, STEPS]
     with (trial / "verl.log").open("rb") as log:
@@ -217,24 +237,3 @@ def test_mixer_batches_follow_its_proportions(runs):
     for step in (1, 2):
         counts = [records[step][f"policy/mix/count/{d}"] for d in ("logic", "math", "science")]  # sorted domains
         assert counts == [4.0, 2.0, 2.0]  # 0.5 : 0.25 : 0.25 of 8 prompts
-
-
-def test_same_arm_and_seed_give_the_same_metrics_up_to_row_order(runs):
-    """The rollout server seeds the k-th request of a prompt with k, in arrival order; verl's agent
-    loop sends a group's n identical requests concurrently, so which row of a group gets which
-    sample varies between runs (docs/readme_verl.md, "verl on CPU: the plugin"). Step 1 then has
-    the same samples and rewards; sums over rows in another order differ in the last bits (bf16 in
-    the actor's log-probs: up to ~1e-2 relative in the rollout-vs-actor diagnostics), which can
-    move later losses, samples and milestones slightly. Bounded here."""
-    (first_milestones, first), (second_milestones, second) = runs("control"), runs("control_again")
-    for a, b in zip(first_milestones, second_milestones, strict=True):
-        assert all(abs(a.accuracy[name] - b.accuracy[name]) <= 100 / VAL_ITEMS for name in a.accuracy)
-    rewards = [k for k in first[1] if k.startswith(("critic/score/", "response_length/"))]
-    assert rewards and {k: first[1][k] for k in rewards} == {k: second[1][k] for k in rewards}
-    assert math.isclose(first[1]["actor/pg_loss"], second[1]["actor/pg_loss"], rel_tol=1e-3)
-    for step in first:
-        assert abs(first[step]["critic/score/mean"] - second[step]["critic/score/mean"]) <= 2 / 32
-        assert math.isclose(first[step]["actor/grad_norm"], second[step]["actor/grad_norm"], rel_tol=1e-2)
-        assert math.isclose(first[step]["actor/entropy"], second[step]["actor/entropy"], rel_tol=5e-2)
-        # GRPO's loss is a near-zero sum of positive and negative advantages: bounded absolutely
-        assert abs(first[step]["actor/pg_loss"] - second[step]["actor/pg_loss"]) <= 2e-3

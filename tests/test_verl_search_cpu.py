@@ -4,8 +4,8 @@ Two runs, shared by the tests (a verl CPU trial takes one to four minutes to sta
 at a time):
 
 - `searched`: benchmarks/verl_cpu_e2e.py's search, i.e. `python -m tune_dfrl.search space=difffilter_band
-  backend=verl backend.device=cpu ...` on the exported tiny model and tasks: the control + 2 difffilter
-  arms x 2 seeds x 2 steps, a milestone (verl validation) every step;
+  backend=verl backend.device=cpu ...` on the exported tiny model and tasks: the control + 1 difffilter
+  arm x 2 seeds x 2 steps, a milestone (verl validation) every step;
 - `resumed`: the same search with 1 arm, its control taken from the first search's control cache (only
   the arm's 2 trials train), its driver killed with SIGKILL once a trial has checkpointed step 1 and
   not finished, then the same command with resume=true.
@@ -35,7 +35,7 @@ _spec.loader.exec_module(e2e)
 
 pytestmark = pytest.mark.timeout(3600)
 
-ARMS, SEEDS, STEPS = 2, 2, 2
+ARMS, SEEDS, STEPS = 1, 2, 2
 BASE_STEPS = 150
 Cell = tuple[str, int]
 
@@ -257,14 +257,11 @@ def test_no_private_ray_folder_is_left(resumed: Resumed) -> None:
 
 def test_the_same_arm_and_seed_give_the_same_milestones(searched, resumed: Resumed) -> None:
     """The arm cell of the resumed search that the kill did not touch trained the same (arm, seed) as the first
-    search (same recipe and searcher seed: the same first arm); its control cells replayed the cache.
-
-    verl on CPU is not bit-for-bit deterministic (docs/readme_verl.md, "verl on CPU: the plugin"): the same
-    arm and seed agree within one validation item per benchmark and 2 of the 32 rewards of a step."""
+    search (same recipe and searcher seed: the same first arm), in another search folder, and reported the same
+    numbers; its control cells replayed the cache."""
     first, again = cells(searched[0]), cells(resumed.out)
     common = [cell for cell in again if cell in first and cell != resumed.cell and not again[cell][0]["replayed"]]
     assert common
     for cell in common:
         for a, b in zip(again[cell], first[cell], strict=True):
-            assert all(abs(a["accuracy"][k] - b["accuracy"][k]) <= 100 / e2e.VAL_ITEMS for k in a["accuracy"]), cell
-            assert abs(a["train"]["critic/score/mean"] - b["train"]["critic/score/mean"]) <= 2 / 32, cell
+            assert (a["accuracy"], a["train"]) == (b["accuracy"], b["train"]), cell  # verl's step means, all numbers

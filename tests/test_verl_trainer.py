@@ -118,6 +118,17 @@ def test_construction_keeps_verls_sync_paths_and_mixes_the_dataloader(recipe, tm
     assert len(batch) == 6
 
 
+def test_responses_are_ordered_by_prompt_submission_then_session():
+    from tune_dfrl.trainers.verl.trainer import submission_order
+
+    submitted = {"f3-b": 0, "0a-c": 1}  # uuid4 uids, in the order the trainer submitted their prompts
+    finished = ["0a-c_1_0", "f3-b_1_0", "0a-c_0_0", "f3-b_0_1", "f3-b_0_0", "f3-b"]
+    ordered = sorted(finished, key=lambda key: submission_order(key, submitted))
+    assert ordered == ["f3-b", "f3-b_0_0", "f3-b_0_1", "f3-b_1_0", "0a-c_0_0", "0a-c_1_0"]
+    with pytest.raises(KeyError):
+        submission_order("9e-d_0_0", submitted)  # a response of a prompt this trainer never submitted
+
+
 def test_advantage_hook_writes_policy_weights_into_transfer_queue(ray_session, recipe, tmp_path):
     """verl computes GRPO advantages from TransferQueue; the hook then writes difffilter weights back."""
     import transfer_queue as tq

@@ -7,6 +7,10 @@ Hooks into `PPOTrainer` (verl/trainer/ppo/v1/trainer_base.py):
 - `__init__`: verl branches on the mode *name* (`trainer_mode != "sync"` selects the async
   replay buffer, TransferQueue checkpointing, exact refills), so the mode is reset to `"sync"`
   before verl reads it: the synchronous code paths run unchanged.
+- `_submit_batch_to_rollout` / `_balance_batch`: the step's responses, which the replay buffer
+  lists in the order they finished, are put back in the order their prompts were submitted
+  (then by their index in the group) before verl balances them: the update's rows, sums and
+  micro-batches do not depend on which request the rollout finished first.
 - `_init_dataloader`: reads the domain column of the training parquet; for a mixer arm the
   training dataloader draws through `MixtureBatchSampler` (sampler.py).
 - `_compute_advantage`: after verl's GRPO advantages are in TransferQueue, reads the batch
@@ -54,6 +58,15 @@ class DataPolicyTrainer(PPOTrainerSync):
         self.arm = json.loads(config.tune_dfrl.policy)
         self.domain_column = str(config.tune_dfrl.domain_column)
         self.mixture_sampler: MixtureBatchSampler | None = None
+        self.submitted: dict[str, int] = {}  # prompt uid -> its rank in submission order
+
+    def _submit_batch_to_rollout(self, batch: TensorDict) -> int:
+        self.submitted.update((str(uid), len(self.submitted) + i) for i, uid in enumerate(batch["uid"]))
+        return super()._submit_batch_to_rollout(batch)
+
+    def _balance_batch(self, batch: KVBatchMeta, metrics: dict, **kwargs) -> KVBatchMeta:
+        batch.reorder(sorted(range(len(batch)), key=lambda i: submission_order(batch.keys[i], self.submitted)))
+        return super()._balance_batch(batch, metrics, **kwargs)
 
     def _init_dataloader(self) -> None:
         super()._init_dataloader()
@@ -106,6 +119,13 @@ class DataPolicyTrainer(PPOTrainerSync):
         return tq.kv_batch_put(
             keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch))
         )
+
+
+def submission_order(key: str, submitted: dict[str, int]) -> tuple[int, ...]:
+    """(prompt's submission rank, session, output index) of a response key `{uid}_{session}_{index}`
+    (verl/trainer/ppo/v1/agent_loop_tq.py); (rank,) of a prompt's own key `{uid}`."""
+    uid, *numbers = key.split("_")
+    return (submitted[uid], *map(int, numbers))
 
 
 def policy_input(stored: TensorDict, domain_column: str) -> DataProto:

@@ -9,7 +9,8 @@ extension points, only in processes started with `VERL_PLATFORM=cpu` (plugin.py 
 - patches.py: the one process-wide patch (verl's default process-group backend string), the
   FSDP engines registered for device "cpu" and the rollout registered; each changed verl
   symbol is checked against what verl 0.9.1 ships (`check_pinned`), anything else is an error;
-- rollout.py: rollout engine `ROLLOUT_NAME`: sampling with the Hugging Face model in a Ray actor.
+- rollout.py: rollout engine `ROLLOUT_NAME`: sampling with the Hugging Face model in a Ray actor,
+  and agent loop `AGENT_LOOP_NAME`, which tells it each request's index in its group.
 
 This module imports nothing from verl, so a parent process can build a trial's overrides and
 environment cheaply.
@@ -22,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 ROLLOUT_NAME = "hf_cpu"
+AGENT_LOOP_NAME = "hf_cpu_single_turn"
 VERL_VERSION = "0.9.1"
 PYTHONHASHSEED = "0"
 TRANSFER_QUEUE_STORAGE_UNITS = 1
@@ -54,6 +56,9 @@ def cpu_overrides(trial_dir: Path, num_cpus: int) -> list[str]:
         f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "actor_rollout_ref.rollout.agent.num_workers=1",
+        # request ids `det-<index of the response in its group>`: the HF rollout seeds by it (rollout.py)
+        "actor_rollout_ref.rollout.full_determinism=true",
+        f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",
         "reward.num_workers=1",
         f"transfer_queue.backend.SimpleStorage.num_data_storage_units={TRANSFER_QUEUE_STORAGE_UNITS}",
         "data.dataloader_num_workers=0",

@@ -11,7 +11,10 @@ imports the module it changes (`plugin.after_import`), each checked against what
   FSDP2 (`fully_shard`) runs on CPU with gloo.
 - rollout engine `ROLLOUT_NAME` (rollout.py): its worker-side adapter enters
   `verl.workers.rollout.base._ROLLOUT_REGISTRY` (a module dict: verl has no public call) and its
-  replica `RolloutReplicaRegistry.register` (public), loaded only when verl asks for it.
+  replica `RolloutReplicaRegistry.register` (public), loaded only when verl asks for it;
+- agent loop `AGENT_LOOP_NAME` (rollout.py) enters `verl.experimental.agent_loop.agent_loop.
+  _agent_loop_registry` by class path, as verl's `register` decorator does; it relies on verl's
+  single-turn agent loop sending request id `det-<priority>` under rollout.full_determinism.
 
 `check_pinned()` imports every target and raises `PinnedSymbolError` if one is not what these
 changes assume; the same checks run before each change is applied.
@@ -26,7 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from ..plugin import CPU_PLATFORM, after_import
-from . import ROLLOUT_NAME
+from . import AGENT_LOOP_NAME, ROLLOUT_NAME
 
 DISTRIBUTED = "verl.utils.distributed"
 FSDP_ENGINES = "verl.workers.engine.fsdp.transformer_impl"
@@ -37,6 +40,10 @@ ENGINE_BACKENDS = ("fsdp", "fsdp2")
 ROLLOUT_BASE = "verl.workers.rollout.base"
 ROLLOUT_REPLICA = "verl.workers.rollout.replica"
 ADAPTER = "tune_dfrl.trainers.verl.cpu.rollout.HFServerAdapter"
+AGENT_LOOPS = "verl.experimental.agent_loop.agent_loop"
+SINGLE_TURN = "verl.experimental.agent_loop.single_turn_agent_loop"
+SINGLE_TURN_REQUEST_ID = 'request_id = f"det-{priority}" if getattr(self.rollout_config, "full_determinism", False)'
+AGENT_LOOP = "tune_dfrl.trainers.verl.cpu.rollout.GroupIndexedAgentLoop"
 
 
 class PinnedSymbolError(RuntimeError):
@@ -148,11 +155,35 @@ def register_rollout_replica(module: ModuleType) -> None:
     module.RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
 
 
+def check_agent_loops(module: ModuleType) -> None:
+    _require(
+        isinstance(getattr(module, "_agent_loop_registry", None), dict),
+        f"{AGENT_LOOPS}._agent_loop_registry is not a dict",
+    )
+
+
+def register_agent_loop(module: ModuleType) -> None:
+    check_agent_loops(module)
+    module._agent_loop_registry[AGENT_LOOP_NAME] = {"_target_": AGENT_LOOP}
+
+
+def check_single_turn(module: ModuleType) -> None:
+    run = getattr(getattr(module, "SingleTurnAgentLoop", None), "run", None)
+    _require(callable(run), f"{SINGLE_TURN}.SingleTurnAgentLoop.run is missing")
+    source = inspect.getsource(getattr(run, "__wrapped__", run))
+    _require(
+        SINGLE_TURN_REQUEST_ID in source and "priority" in inspect.signature(run).parameters,
+        f"{SINGLE_TURN}.SingleTurnAgentLoop.run no longer builds `{SINGLE_TURN_REQUEST_ID}`",
+    )
+
+
 def install() -> None:
     after_import(DISTRIBUTED, patch_distributed)
     after_import(FSDP_ENGINES, register_engines)
     after_import(ROLLOUT_BASE, register_rollout_adapter)
     after_import(ROLLOUT_REPLICA, register_rollout_replica)
+    after_import(AGENT_LOOPS, register_agent_loop)
+    after_import(SINGLE_TURN, check_single_turn)
 
 
 def check_pinned() -> None:
@@ -161,3 +192,5 @@ def check_pinned() -> None:
     check_engines(importlib.import_module(FSDP_ENGINES))
     check_rollout_base(importlib.import_module(ROLLOUT_BASE))
     check_rollout_replica(importlib.import_module(ROLLOUT_REPLICA))
+    check_agent_loops(importlib.import_module(AGENT_LOOPS))
+    check_single_turn(importlib.import_module(SINGLE_TURN))

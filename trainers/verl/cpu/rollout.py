@@ -5,7 +5,9 @@ verl's synchronous trainer (hybrid mode) runs one replica per training worker:
 - `HFReplica` (the replica verl's `LLMServerManager` creates) starts one `HFRolloutServer` Ray
   actor, named after the replica, whose async `generate` verl's agent loop calls;
 - `HFServerAdapter` (the worker-side rollout inside each training worker) sends the trainer's
-  weights to that actor after every step (`update_weights`; one Ray call with the full tensors).
+  weights to that actor after every step (`update_weights`; one Ray call with the full tensors);
+- `GroupIndexedAgentLoop` (agent loop `AGENT_LOOP_NAME`) is verl's single-turn agent loop whose
+  requests say which response of its prompt's group each one is.
 
 Sampling (`sample`), for prompt tokens x and at most `max_tokens` new ones: a plain KV-cache
 loop; at each step the next-token distribution is p = softmax(logits / T); the token is drawn
@@ -14,9 +16,12 @@ from p restricted to its `top_k` most likely tokens and to the smallest most-lik
 log p(token) with the full tempered p, the quantity verl's actor recomputes. Generation stops
 after an end-of-sequence token. `max_tokens` = min(response_length, room left in the model's
 context). Each request draws from its own generator, seeded by
-sha256(rollout seed, weight version, prompt tokens, k) where k counts earlier requests with the
-same prompt at this weight version: the samples do not depend on request ids, arrival order of
-different prompts or hash seeds. Requests are served one at a time.
+sha256(rollout seed, weight version, i, prompt tokens), where i is the request's index in its
+prompt's group of n: verl's single-turn agent loop sends request id `det-<priority>` under
+`actor_rollout_ref.rollout.full_determinism` (which `device=cpu` sets) and `GroupIndexedAgentLoop`
+passes i as the priority. Response i of a prompt is then the same in every run, whatever the order
+in which the group's concurrent requests arrive (two rows of one prompt in one step draw the same
+samples). Requests are served one at a time.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,10 +36,11 @@ import ray
 import torch
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
 
-from . import ROLLOUT_NAME
+from . import AGENT_LOOP_NAME, ROLLOUT_NAME
 
 
 def server_name(replica_rank: int) -> str:
@@ -51,8 +56,20 @@ def model_path(model_config: Any) -> str:
     raise ValueError("the rollout's model config has neither local_path nor path")
 
 
-def request_seed(seed: int, version: int, prompt_ids: Iterable[int], occurrence: int) -> int:
-    text = f"{seed}|{version}|{occurrence}|{','.join(map(str, prompt_ids))}"
+def group_index(request_id: str) -> int:
+    """i of a request id `det-<i>` (`GroupIndexedAgentLoop` under rollout.full_determinism)."""
+    prefix, _, index = request_id.partition("-")
+    if prefix != "det" or not index.isdigit():
+        raise ValueError(
+            f"rollout '{ROLLOUT_NAME}' seeds each response by its index in its group, which verl sends as request "
+            f"id 'det-<index>' with actor_rollout_ref.rollout.full_determinism=true and agent loop "
+            f"'{AGENT_LOOP_NAME}' (device=cpu sets both); got request id {request_id!r}"
+        )
+    return int(index)
+
+
+def request_seed(seed: int, version: int, index: int, prompt_ids: Iterable[int]) -> int:
+    text = f"{seed}|{version}|{index}|{','.join(map(str, prompt_ids))}"
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") & (2**63 - 1)
 
 
@@ -117,7 +134,6 @@ class HFRolloutServer:
         self.config, self.replica_rank = config, replica_rank
         self.max_model_len = int(config.max_model_len or self.model.config.max_position_embeddings)
         self.weight_version = 0
-        self.occurrences: Counter[tuple[int, ...]] = Counter()
         self.lock = asyncio.Lock()
 
     def ready(self) -> bool:
@@ -132,7 +148,6 @@ class HFRolloutServer:
                 f"weight sync mismatch: missing {result.missing_keys}, unexpected {result.unexpected_keys}"
             )
         self.weight_version = int(global_steps or 0)
-        self.occurrences.clear()
 
     async def generate(
         self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str, **unused: Any
@@ -142,11 +157,8 @@ class HFRolloutServer:
         if room < 1:
             raise ValueError(f"prompt of {len(prompt)} tokens leaves no room in the model's {self.max_model_len}")
         max_tokens = min(self.config.response_length, int(sampling_params.get("max_tokens") or room), room)
-        occurrence = self.occurrences[tuple(prompt)]
-        self.occurrences[tuple(prompt)] += 1
-        generator = torch.Generator().manual_seed(
-            request_seed(self.config.seed, self.weight_version, prompt, occurrence)
-        )
+        seed = request_seed(self.config.seed, self.weight_version, group_index(request_id), prompt)
+        generator = torch.Generator().manual_seed(seed)
         async with self.lock:
             tokens, log_probs = await asyncio.to_thread(
                 sample,
@@ -192,6 +204,16 @@ class HFRolloutServer:
 
     async def stop_profile(self) -> None:
         pass
+
+
+class GroupIndexedAgentLoop(SingleTurnAgentLoop):
+    """verl's single-turn agent loop with the request's priority set to its index in the group (verl's
+    v1 agent loop passes it as `session_id`), which the request id carries under full_determinism."""
+
+    async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any) -> Any:
+        if "session_id" not in kwargs:
+            raise ValueError(f"agent loop '{AGENT_LOOP_NAME}' runs under verl's v1 trainer, which passes session_id")
+        return await super().run(sampling_params, priority=int(kwargs["session_id"]), **kwargs)
 
 
 class HFReplica(RolloutReplica):
