@@ -87,18 +87,57 @@ def stop(proc: subprocess.Popen, marker: str | None = None, sig: int = signal.SI
             time.sleep(0.5)
 
 
-def marked(marker: str) -> list[int]:
-    """Live processes (other than this one) whose command line contains `marker`."""
+def marked(*markers: str) -> list[int]:
+    """Live processes (other than this one) whose command line contains every one of `markers`."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                pids.append(int(entry.name))
+            command = (entry / "cmdline").read_bytes().decode(errors="replace")
         except OSError:
             continue
+        if all(marker in command for marker in markers):
+            pids.append(int(entry.name))
     return pids
+
+
+def alive(pid: int) -> bool:
+    """Running: zombies, which only wait for their parent to reap them, count as gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def descendants(root: int) -> set[int]:
+    """`root` and every live process below it (by parent pid)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError):
+                continue
+    found, frontier = {root}, [root]
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier and pid not in found]
+        found.update(children)
+        frontier = children
+    return {pid for pid in found if alive(pid)}
+
+
+VERL_SUPERVISOR = "tune_dfrl.trainers.verl.supervise"  # the process trainers/verl/launcher.py starts per trial
+
+
+def verl_trees(folder: Path) -> set[int]:
+    """The live verl processes of the trials under `folder`: each supervisor and everything below it."""
+    return set().union(*(descendants(pid) for pid in marked(VERL_SUPERVISOR, str(folder))))
+
+
+def trained_steps(logged: list[dict]) -> list[int]:
+    """The steps of verl file-logger records (`verl_metrics.jsonl`) that trained (validation-only ones excluded)."""
+    return [r["step"] for r in logged if "timing_s/step" in r["data"]]
 
 
 def wait_for(condition, timeout_s: float, what: str, poll_s: float = 0.5) -> None:

@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import pytest
+from reliability_helpers import alive, records, trained_steps, verl_trees
 from tune_dfrl.trainers.embedded.base import BaseRecipe, ensure_base_model
 from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS
 from tune_dfrl.trainers.verl.backend import VerlBackend
@@ -47,7 +47,12 @@ ARMS = {
 
 def verl_log(trial: Path) -> dict[int, dict]:
     """verl's metrics by step, as its latest start logged them (every start rewrites verl_metrics.jsonl)."""
-    return {r["step"]: r["data"] for r in map(json.loads, (trial / "verl_metrics.jsonl").read_text().splitlines())}
+    return {r["step"]: r["data"] for r in records(trial / "verl_metrics.jsonl")}
+
+
+def trained(trial: Path) -> list[int]:
+    """Steps verl trained in its latest start."""
+    return trained_steps(records(trial / "verl_metrics.jsonl"))
 
 
 def run_figures(trial: Path) -> dict:
@@ -138,31 +143,6 @@ def test_a_checkpointed_milestone_the_search_never_got_is_validated_from_the_che
     assert not ray_temp_dir(trial).exists()
 
 
-def verl_processes() -> list[psutil.Process]:
-    """This process's verl supervisors (`tune_dfrl.trainers.verl.supervise`) and every process below them."""
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if "tune_dfrl.trainers.verl.supervise" in " ".join(child.cmdline()):
-                found += [child, *child.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            continue
-    return found
-
-
-def running(process: psutil.Process) -> bool:
-    """Alive and not a zombie (a zombie only waits for its parent to reap it)."""
-    try:
-        return process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def trained(trial: Path) -> list[int]:
-    """Steps verl trained in its latest start."""
-    return [step for step, record in verl_log(trial).items() if "timing_s/step" in record]
-
-
 def same_numbers(record: dict) -> dict:
     """A verl metrics record without its clock readings (`timing_s/`, `timing_per_token_ms/`, `perf/` and
     `actor/perf/`: seconds, throughput, memory)."""
@@ -180,14 +160,14 @@ def test_a_killed_trial_continues_from_its_checkpoint_with_the_numbers_of_an_uni
     seeded by its index in its group and the update sees the responses in submission order
     (trainers/verl/cpu/rollout.py, trainers/verl/trainer.py), not in the order they finished."""
     backend = VerlBackend({**runs.backend.recipe, "milestone_every": 1})
-    trial, first, killed = runs.root / "control_crashed", [], []
+    trial, first, killed = runs.root / "control_crashed", [], set()
 
     def report_then_crash(milestone) -> None:
         first.append(milestone)
-        killed.extend(verl_processes())
-        for process in killed:
+        killed.update(verl_trees(trial))
+        for pid in killed:
             try:
-                os.kill(process.pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
 
@@ -212,8 +192,8 @@ def test_a_killed_trial_continues_from_its_checkpoint_with_the_numbers_of_an_uni
     with (trial / "verl.log").open("rb") as log:
         log.seek(log_at_crash)
         assert b"global_step_1" in log.read()  # the second start loaded the step-1 checkpoint
-    assert not any(running(p) for p in killed)
-    assert verl_processes() == [] and not ray_temp_dir(trial).exists()
+    assert not any(alive(pid) for pid in killed)
+    assert verl_trees(runs.root) == set() and not ray_temp_dir(trial).exists()
 
 
 def test_narrow_difficulty_band_drops_responses_and_changes_the_loss(runs):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from reliability_helpers import alive
 from tune_dfrl.trainers.verl.backend import VerlBackend
 from tune_dfrl.trainers.verl.launcher import JsonlTail, MilestoneReader, VerlRunError
 from tune_dfrl.trainers.verl.recipe import VerlRecipe, default_recipe
@@ -62,14 +63,6 @@ def recipe(tmp_path_factory) -> dict:
         milestone_every=2,
         benchmarks=BENCHMARKS,
     )
-
-
-def alive(pid: int) -> bool:
-    """Running (zombies, which only wait for their parent to reap them, count as gone)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
 
 
 def child_pids(trial_dir: Path) -> list[int]:

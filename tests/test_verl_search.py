@@ -13,19 +13,13 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
+from reliability_helpers import alive
 from tune_dfrl.trainers.verl.export import export_tasks
 from tune_dfrl.trainers.verl.recipe import hydra_quote
 from verl_stand_in import accuracy, write_model
 
 STAND_IN = Path(__file__).with_name("verl_stand_in.py")
 STEPS, EVERY, SEEDS = 4, 2, (0, 1)
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
 
 
 @pytest.fixture(scope="module")

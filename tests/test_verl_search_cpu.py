@@ -24,7 +24,18 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
-from reliability_helpers import records, resume_search, search_command, short_tmp, start, stop, wait_for
+from reliability_helpers import (
+    alive,
+    records,
+    resume_search,
+    search_command,
+    short_tmp,
+    start,
+    stop,
+    trained_steps,
+    verl_trees,
+    wait_for,
+)
 from tune_dfrl.trainers.embedded.base import BaseRecipe, ensure_base_model
 from tune_dfrl.trainers.verl.cpu import ray_temp_dir
 
@@ -38,43 +49,6 @@ pytestmark = pytest.mark.timeout(3600)
 ARMS, SEEDS, STEPS = 1, 2, 2
 BASE_STEPS = 150
 Cell = tuple[str, int]
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
-def descendants(root: int) -> set[int]:
-    """`root` and every live process below it (by parent pid)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError):
-                continue
-    found, frontier = {root}, [root]
-    while frontier:
-        children = [pid for pid, parent in parents.items() if parent in frontier and pid not in found]
-        found.update(children)
-        frontier = children
-    return {pid for pid in found if alive(pid)}
-
-
-def supervisors(out: Path) -> list[int]:
-    """Live verl supervisors (launcher.py) of trials of the search in `out`."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        try:
-            command = (entry / "cmdline").read_bytes().decode(errors="replace") if entry.name.isdigit() else ""
-        except OSError:
-            continue
-        if "tune_dfrl.trainers.verl.supervise" in command and str(out) in command:
-            pids.append(int(entry.name))
-    return pids
 
 
 def cells(out: Path) -> dict[Cell, list[dict]]:
@@ -158,7 +132,7 @@ def test_mlflow_holds_parent_and_child_runs(searched) -> None:
 
 def test_no_verl_process_or_private_ray_folder_outlives_the_search(searched) -> None:
     out = searched[0]
-    assert supervisors(out) == []
+    assert verl_trees(out) == set()
     assert [cell for cell in cells(out) if ray_temp_dir(trial_dir(out, cell)).exists()] == []
 
 
@@ -196,7 +170,7 @@ def resumed(searched, files, control_cache, tmp_path_factory) -> Resumed:
             lambda: driver.poll() is not None or checkpointed() is not None, 1800, "a checkpointed, unfinished trial"
         )
         cell = checkpointed()
-        tree = set().union(*(descendants(pid) for pid in supervisors(out)))
+        tree = verl_trees(out)
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait()
     finally:
@@ -214,10 +188,6 @@ def resumed(searched, files, control_cache, tmp_path_factory) -> Resumed:
 
     resume_search(command, root, env, ray_tmp, 2400)
     return Resumed(out, cell, checkpoint, killed_records, starts, log_at_kill, tree, left)
-
-
-def trained_steps(logged: list[dict]) -> list[int]:
-    return [r["step"] for r in logged if "timing_s/step" in r["data"]]
 
 
 def test_the_killed_trials_processes_ended_with_it(resumed: Resumed) -> None:
