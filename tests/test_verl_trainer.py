@@ -129,6 +129,25 @@ def test_responses_are_ordered_by_prompt_submission_then_session():
         submission_order("9e-d_0_0", submitted)  # a response of a prompt this trainer never submitted
 
 
+def test_the_trainer_ranks_submitted_prompts_and_balances_responses_in_that_order(monkeypatch):
+    """The two overrides around verl's own methods (replaced here by ones that return their input)."""
+    from transfer_queue import KVBatchMeta
+    from tune_dfrl.trainers.verl.trainer import DataPolicyTrainer, PPOTrainerSync
+
+    monkeypatch.setattr(PPOTrainerSync, "_submit_batch_to_rollout", lambda self, batch: len(batch["uid"]))
+    monkeypatch.setattr(PPOTrainerSync, "_balance_batch", lambda self, batch, metrics, **kwargs: batch)
+    trainer = DataPolicyTrainer.__new__(DataPolicyTrainer)  # no config: only the bookkeeping runs
+    trainer.submitted = {}
+    assert trainer._submit_batch_to_rollout({"uid": ["p", "q"]}) == 2
+    assert trainer._submit_batch_to_rollout({"uid": ["r"]}) == 1
+    assert trainer.submitted == {"p": 0, "q": 1, "r": 2}
+    finished = ["r_0_0", "q_1_0", "p_1_0", "q_0_0", "p_0_0"]
+    batch = KVBatchMeta(partition_id="train", keys=finished, tags=[{"seq_len": n} for n in range(5)])
+    balanced = trainer._balance_batch(batch, {})
+    assert balanced.keys == ["p_0_0", "p_1_0", "q_0_0", "q_1_0", "r_0_0"]
+    assert [t["seq_len"] for t in balanced.tags] == [4, 2, 3, 1, 0]  # tags moved with their keys
+
+
 def test_advantage_hook_writes_policy_weights_into_transfer_queue(ray_session, recipe, tmp_path):
     """verl computes GRPO advantages from TransferQueue; the hook then writes difffilter weights back."""
     import transfer_queue as tq

@@ -61,7 +61,8 @@ class DataPolicyTrainer(PPOTrainerSync):
         self.submitted: dict[str, int] = {}  # prompt uid -> its rank in submission order
 
     def _submit_batch_to_rollout(self, batch: TensorDict) -> int:
-        self.submitted.update((str(uid), len(self.submitted) + i) for i, uid in enumerate(batch["uid"]))
+        first = len(self.submitted)
+        self.submitted.update({str(uid): first + i for i, uid in enumerate(batch["uid"])})
         return super()._submit_batch_to_rollout(batch)
 
     def _balance_batch(self, batch: KVBatchMeta, metrics: dict, **kwargs) -> KVBatchMeta:
