@@ -58,9 +58,9 @@ def trained(trial: Path) -> list[int]:
 def run_figures(trial: Path) -> dict:
     """The child's start-up (`run_trial` writes it to verl_runs.jsonl) and verl's seconds per step
     (`timing_s/step`, validation excluded) and per validation (`timing_s/testing`)."""
-    steps = [json.loads(line)["data"] for line in (trial / "verl_metrics.jsonl").read_text().splitlines()]
+    steps = [r["data"] for r in records(trial / "verl_metrics.jsonl")]
     return {
-        "startup_s": [round(json.loads(line)["startup_s"], 1) for line in (trial / "verl_runs.jsonl").open()],
+        "startup_s": [round(start["startup_s"], 1) for start in records(trial / "verl_runs.jsonl")],
         "step_s": [round(s["timing_s/step"], 2) for s in steps],
         "validation_s": [round(s["timing_s/testing"], 2) for s in steps if "timing_s/testing" in s],
     }
@@ -138,7 +138,7 @@ def test_a_checkpointed_milestone_the_search_never_got_is_validated_from_the_che
     runs.backend.run_trial(ARMS["control"], SEED, again.append, trial)
     assert [m.step for m in again] == [STEPS] and again[0].train == {}
     assert again[0].accuracy == milestones[0].accuracy  # the checkpoint's weights, greedy decoding
-    logged = [json.loads(line) for line in (trial / "verl_metrics.jsonl").read_text().splitlines()]
+    logged = records(trial / "verl_metrics.jsonl")
     assert [r["step"] for r in logged] == [STEPS] and "timing_s/step" not in logged[0]["data"]  # validation only
     assert not ray_temp_dir(trial).exists()
 
@@ -187,7 +187,7 @@ def test_a_killed_trial_continues_from_its_checkpoint_with_the_numbers_of_an_uni
     assert {k: killed_step_1[k] for k in same_numbers(control[1])} == same_numbers(control[1])
     assert same_numbers(verl_log(trial)[STEPS]) == same_numbers(control[STEPS])
     assert again[0].accuracy == control_milestones[0].accuracy
-    starts = [json.loads(line) for line in (trial / "verl_runs.jsonl").read_text().splitlines()]
+    starts = records(trial / "verl_runs.jsonl")
     assert [s["first_step"] for s in starts] == [1, STEPS]
     with (trial / "verl.log").open("rb") as log:
         log.seek(log_at_crash)
