@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import signal
 from collections import Counter
 from dataclasses import dataclass
@@ -125,8 +126,14 @@ def test_the_searcher_and_scheduler_continued(resumed: Resumed) -> None:
         resumed.before.arms <= arms and len(arms) == 3
     )  # the control + the 2 arms, those suggested before the kill kept
     study = optuna.load_study(study_name=OPTUNA_STUDY, storage=f"sqlite:///{resumed.out / 'optuna.db'}")
+    log = (resumed.root / "resumed.log").read_text()
     told = {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED}
-    assert study.trials and all(t.state in told for t in study.trials)  # suggestions made before the kill were told too
+    # a kill between Optuna's ask and the saved state leaves one asked trial without an arm: told FAIL on resume
+    never_trained = {int(n) for n in re.findall(r"note: Optuna trial (\d+) was asked just before the interrupt", log)}
+    assert study.trials and len(never_trained) <= 1
+    assert all(
+        t.state == optuna.trial.TrialState.FAIL if t.number in never_trained else t.state in told for t in study.trials
+    )  # suggestions made before the kill were told too
     last = {}
     for r in after:
         last.setdefault(r["arm_id"], {})[r["seed"]] = max(r["step"], last.get(r["arm_id"], {}).get(r["seed"], 0))

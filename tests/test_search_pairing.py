@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import optuna
 import pytest
 from ray.tune.search import Searcher
@@ -16,7 +19,11 @@ CONTROL_10 = {3: 30.0, 7: 35.0, 11: 40.0}
 
 
 def repeater(
-    space: SearchSpace, n_arms: int, storage: optuna.storages.BaseStorage, max_duplicates: int = 50
+    space: SearchSpace,
+    n_arms: int,
+    storage: optuna.storages.BaseStorage,
+    max_duplicates: int = 50,
+    state_path: Path | None = None,
 ) -> PairedRepeater:
     sampler = optuna.samplers.TPESampler(seed=0)
     inner = OptunaSearch(
@@ -25,7 +32,15 @@ def repeater(
     factory = ArmFactory(rollout_n=8, recipe_hash="r0")
     control = factory({"method": "baseline", "params": {}})
     return PairedRepeater(
-        inner, factory, control, SEEDS, n_arms, final_step=20, metric="score/db", max_duplicates=max_duplicates
+        inner,
+        factory,
+        control,
+        SEEDS,
+        n_arms,
+        final_step=20,
+        metric="score/db",
+        max_duplicates=max_duplicates,
+        state_path=state_path,
     )
 
 
@@ -137,3 +152,45 @@ def test_a_stopped_arm_is_pruned_only_after_its_rung_delta_is_told(topk: SearchS
     r.on_trial_result(control[2][0], {"step": 10, "score/db": CONTROL_10[control[2][1]["seed"]]})
     trial = optuna.load_study(study_name="s", storage=storage).trials[0]
     assert trial.state == optuna.trial.TrialState.PRUNED and trial.intermediate_values == {10: pytest.approx(-3.0)}
+
+
+def test_a_resume_fails_the_trial_optuna_asked_before_the_kill_could_record_it(topk: SearchSpace, tmp_path) -> None:
+    """Optuna's sqlite study is written before the searcher's state: a kill in between leaves an asked trial
+    that no saved arm belongs to. The resume tells it FAIL and asks anew; every other trial ends told."""
+    storage, state = f"sqlite:///{tmp_path / 'optuna.db'}", tmp_path / "searcher.pkl"
+    first = repeater(topk, n_arms=1, storage=optuna.storages.RDBStorage(storage), state_path=state)
+    for tid, cfg in hand_out(first, 3):
+        finish(first, tid, {10: CONTROL_10[cfg["seed"]], 20: CONTROL[cfg["seed"]]})
+    first.searcher.suggest("arm0000")  # the ask is stored; the kill lands before the state is saved
+    resumed = repeater(topk, n_arms=1, storage=optuna.storages.RDBStorage(storage))
+    assert resumed.resume(state, n_arms=1) == [0]
+    for tid, cfg in hand_out(resumed, 3):
+        finish(resumed, tid, {10: 1.0, 20: CONTROL[cfg["seed"]] + 2.0})
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE]
+    assert trials[1].value == pytest.approx(2.0) and resumed.suggest("t9") == Searcher.FINISHED
+
+
+def test_a_resume_after_a_tell_the_state_missed_does_not_tell_optuna_again(topk: SearchSpace, tmp_path) -> None:
+    """Killed after Optuna stored an arm's outcome but before the state was saved: the arm's last cell runs
+    again on resume, and Optuna keeps the outcome it was told (no report to a finished trial)."""
+    storage, state = f"sqlite:///{tmp_path / 'optuna.db'}", tmp_path / "searcher.pkl"
+    first = repeater(topk, n_arms=1, storage=optuna.storages.RDBStorage(storage), state_path=state)
+    handed = hand_out(first, 6)
+    for tid, cfg in handed[:5]:
+        up = 0.0 if cfg["arm"]["arm_id"] == first.control.arm_id else 1.0  # the arm: +1 at step 10, +3 at 20
+        finish(first, tid, {10: CONTROL_10[cfg["seed"]] + up, 20: CONTROL[cfg["seed"]] + 3 * up})
+    shutil.copy(state, tmp_path / "before-the-tell.pkl")
+    finish(first, "t5", {10: CONTROL_10[handed[5][1]["seed"]] + 1.0, 20: CONTROL[handed[5][1]["seed"]] + 3.0})
+    told = optuna.load_study(study_name="s", storage=storage).trials
+    assert [(t.state, t.value) for t in told] == [(optuna.trial.TrialState.COMPLETE, pytest.approx(3.0))]
+    resumed = repeater(topk, n_arms=1, storage=optuna.storages.RDBStorage(storage))
+    assert resumed.resume(tmp_path / "before-the-tell.pkl", n_arms=1) == []
+    [(tid, cfg)] = hand_out(resumed, 1)
+    assert (cfg["arm"]["arm_id"], cfg["seed"]) == (handed[5][1]["arm"]["arm_id"], handed[5][1]["seed"])
+    finish(resumed, tid, {10: CONTROL_10[cfg["seed"]] + 5.0, 20: CONTROL[cfg["seed"]] + 9.0})
+    after = optuna.load_study(study_name="s", storage=storage).trials
+    assert [(t.state, t.value, t.intermediate_values) for t in after] == [
+        (t.state, t.value, t.intermediate_values) for t in told
+    ]
+    assert resumed.suggest("t1") == Searcher.FINISHED

@@ -9,7 +9,10 @@ passed on here to every inner trial of the arm.
 
 With a `state_path`, the searcher's whole state (arms suggested, ledger, what Optuna was told, and
 the inner searcher with its study) is rewritten there atomically after every event, so a driver
-killed at any moment leaves a consistent state that `resume` continues from.
+killed at any moment leaves a consistent state that `resume` continues from. Optuna's sqlite study
+is written first, so a kill in between leaves it one ask or one tell ahead of that state: `resume`
+catches up (a told trial counts as told; an asked trial whose arm was never recorded, hence never
+trained, is told FAIL).
 
 With a `sequential` rule (seeds=auto) every arm and the control start on the rule's starting seeds;
 when every cell handed out has ended and no arm is left to suggest, `tune_dfrl.seed_batches` takes
@@ -27,6 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import optuna
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
@@ -152,11 +156,13 @@ class PairedRepeater(Searcher):
         checkpoint_path: str | Path,
         n_arms: int,
         run_again: Callable[[str, int, str], bool] = lambda arm_id, seed, end: False,
-    ) -> None:
+    ) -> list[int]:
         """Continue a saved search with up to `n_arms` searched arms: known arms keep their ids and outcomes,
         Optuna its study; every cell that has not ended (finished, stopped or failed), and every ended cell
-        for which `run_again(arm_id, seed, end)` holds, is queued again."""
+        for which `run_again(arm_id, seed, end)` holds, is queued again. Returns the numbers of the Optuna
+        trials told FAIL because they were asked but never recorded (see the module docstring)."""
         self.restore(str(checkpoint_path))
+        never_trained = self._catch_up_with_study()
         self.n_arms = n_arms
         self._cells = {}
         for arm_id in self.arms:
@@ -169,6 +175,7 @@ class PairedRepeater(Searcher):
             for seed in self.seeds_of(arm_id)
             if seed not in self.ledger.ends(arm_id)
         ]
+        return never_trained
 
     # -- what the driver and tests read ---------------------------------------------------------
 
@@ -190,6 +197,25 @@ class PairedRepeater(Searcher):
     def _persist(self) -> None:
         if self.state_path is not None:
             save_atomically(self.state_path, self.save)
+
+    def _catch_up_with_study(self) -> list[int]:
+        """Align the restored state with the stored study (Ray's `OptunaSearch` keeps its trials privately:
+        `_ot_study`, `_ot_trials` inner id -> Optuna trial, `_completed_trials`)."""
+        study, asked = self.searcher._ot_study, self.searcher._ot_trials
+        stored = {t.number: t for t in study.get_trials(deepcopy=False)}
+        for inner_id, trial in asked.items():
+            if stored[trial.number].state.is_finished() and inner_id not in self._told_inner:
+                self._told_inner.add(inner_id)
+                self.searcher._completed_trials.add(inner_id)
+        recorded = {trial.number for trial in asked.values()}
+        never_trained = [
+            number
+            for number, trial in stored.items()
+            if number not in recorded and trial.state == optuna.trial.TrialState.RUNNING
+        ]
+        for number in never_trained:
+            study.tell(number, state=optuna.trial.TrialState.FAIL)
+        return never_trained
 
     def _enqueue_next_arm(self) -> bool:
         """Queue the next distinct arm's seeds (the control first); False when the search is over."""

@@ -331,7 +331,11 @@ def _carry_over(plan: Plan, searcher: Any, scheduler: Any, progress: Any) -> Non
         return plan.retry_failed and (end == FAILED or unpaired_stop)
 
     if (state / "searcher.pkl").exists():
-        searcher.resume(state / "searcher.pkl", plan.n_arms, run_again)
+        for number in searcher.resume(state / "searcher.pkl", plan.n_arms, run_again):
+            print(
+                f"note: Optuna trial {number} was asked just before the interrupt and never trained: told FAIL",
+                flush=True,
+            )
     ended = {(arm_id, seed): end for arm_id in searcher.arms for seed, end in searcher.cells_of(arm_id).items()}
     stopped = {d.arm: d.rung for d in book.decisions.values() if not d.decision.keep} if book is not None else {}
     progress.carry_over(read_records(plan.out / "results.jsonl"), ended, stopped)
