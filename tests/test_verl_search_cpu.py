@@ -4,8 +4,8 @@ Two runs, shared by the tests (a verl CPU trial takes one to four minutes to sta
 at a time):
 
 - `searched`: benchmarks/verl_cpu_e2e.py's search, i.e. `python -m tune_dfrl.search space=difffilter_band
-  backend=verl backend.device=cpu ...` on the exported tiny model and tasks: the control + 1 difffilter
-  arm x 2 seeds x 2 steps, a milestone (verl validation) every step;
+  backend=verl backend.device=cpu ...` on the exported tiny model and tasks: the control + 2 difffilter
+  arms x 2 seeds x 2 steps, a milestone (verl validation) every step;
 - `resumed`: the same search with 1 arm, its control taken from the first search's control cache (only
   the arm's 2 trials train), its driver killed with SIGKILL once a trial has checkpointed step 1 and
   not finished, then the same command with resume=true.
@@ -46,7 +46,7 @@ _spec.loader.exec_module(e2e)
 
 pytestmark = pytest.mark.timeout(3600)
 
-ARMS, SEEDS, STEPS = 1, 2, 2
+ARMS, SEEDS, STEPS = 2, 2, 2
 BASE_STEPS = 150
 Cell = tuple[str, int]
 
