@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from .batch import RolloutBatch
-from .params import BOOL, Bound, Interval, ListOf, Param
+from .params import BOOL, TEMPERATURE, Bound, Interval, ListOf, Param
 
 
 @dataclass(frozen=True)
@@ -129,14 +129,6 @@ class MixerRule:
     logits: Callable[[DomainStats, dict[str, Any]], np.ndarray] | None
 
 
-TEMPERATURE = Param(
-    "temperature",
-    1.0,
-    Interval(float, 0.0, None, "neither"),
-    search=(0.01, 10.0),
-    log=True,
-    doc="softmax temperature T",
-)
 FLOOR = Param(
     "floor",
     0.0,

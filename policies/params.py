@@ -259,6 +259,17 @@ class Param:
         return str(self.default).lower() if isinstance(self.default, bool) else str(self.default)
 
 
+TEMPERATURE = Param(
+    "temperature",
+    1.0,
+    Interval(float, 0.0, None, "neither"),
+    search=(0.01, 10.0),
+    log=True,
+    doc="softmax temperature T",
+)
+"""The softmax temperature T > 0 of the `softmax` reweighter and of the mixers (declared once for all)."""
+
+
 Reduce = Callable[[dict[str, Any], Context, dict[str, Any]], "dict[str, Any] | None"]
 """An actuator's canonical reduction: (validated params, context, defaults) -> the params of a
 configuration that acts identically, or None when it acts exactly as uniform GRPO."""

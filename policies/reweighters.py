@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from .batch import RolloutBatch
-from .params import Context, Interval, LessThan, Options, Param, Reduce
+from .params import TEMPERATURE, Context, Interval, LessThan, Options, Param, Reduce
 
 
 @dataclass(frozen=True)
@@ -133,14 +133,7 @@ REWEIGHTERS: dict[str, Reweighter] = {
             "softmax",
             "advantage_magnitude",
             (
-                Param(
-                    "temperature",
-                    1.0,
-                    Interval(float, 0.0, None, "neither"),
-                    search=(0.01, 10.0),
-                    log=True,
-                    doc="softmax temperature T",
-                ),
+                TEMPERATURE,
                 SCOPE,
             ),
             softmax,

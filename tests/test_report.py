@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from hydra import compose, initialize
+from mlflow_helpers import SearchStore
 from repo_files import DATAFLEX_CSV
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
@@ -491,34 +492,15 @@ def report_config(overrides: list[str]):
 
 
 def test_experiment_source_logs_the_report_to_the_search_run(tmp_path):
-    from mlflow import MlflowClient
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = MlflowClient(tracking_uri=uri)
-    experiment = client.create_experiment("search-y", artifact_location=(tmp_path / "artifacts").as_uri())
-    search = client.create_run(experiment, tags={"tune_dfrl.role": "search"})
-    client.log_dict(
-        search.info.run_id,
-        [{"name": b.name, "domain": b.domain, "items": b.items} for b in BENCH.benchmarks],
-        "benchmarks.json",
-    )
+    store = SearchStore.create(tmp_path, "search-y", BENCH)
     for arm_id, label, gain in [("c0", "baseline", 0.0), ("a1", "band", 2.0)]:
         for seed in (1, 2, 3):
-            run = client.create_run(
-                experiment,
-                tags={
-                    "tune_dfrl.role": "seed",
-                    "arm_id": arm_id,
-                    "arm_label": label,
-                    "method": label,
-                    "seed": str(seed),
-                },
-            )
+            run = store.seed_run(arm_id, label, seed)
             for i, name in enumerate(BENCH.names):
-                client.log_metric(run.info.run_id, f"acc/{name}", 40.0 + gain + seed * (1 + 0.1 * i), step=50)
-    cfg = report_config(["experiment=search-y", f"mlflow.tracking_uri={uri}", f"out={tmp_path / 'out'}"])
+                store.client.log_metric(run, f"acc/{name}", 40.0 + gain + seed * (1 + 0.1 * i), step=50)
+    cfg = report_config(["experiment=search-y", f"mlflow.tracking_uri={store.uri}", f"out={tmp_path / 'out'}"])
     _main(cfg)
-    logged = {a.path for a in client.list_artifacts(search.info.run_id, "report")}
+    logged = {a.path for a in store.client.list_artifacts(store.search_run, "report")}
     assert logged == {"report/summary.json", "report/report.md", "report/report.html", "report/forest.png"}
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["control"] == "baseline" and summary["arms"]["band"]["db"]["delta"] == pytest.approx(2.0)

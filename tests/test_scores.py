@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from mlflow_helpers import SearchStore
 from repo_files import DATAFLEX_CSV
 
 from tune_dfrl.backend import BenchmarkInfo
@@ -305,42 +306,22 @@ def test_results_jsonl(tmp_path):
 
 
 def test_mlflow_experiment(tmp_path):
-    from mlflow import MlflowClient
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = MlflowClient(tracking_uri=uri)
-    experiment = client.create_experiment("search-x", artifact_location=(tmp_path / "artifacts").as_uri())
-    search = client.create_run(experiment, tags={"tune_dfrl.role": "search"})
-    client.log_dict(
-        search.info.run_id,
-        [{"name": b.name, "domain": b.domain, "items": b.items} for b in TINY.benchmarks],
-        "benchmarks.json",
-    )
+    store = SearchStore.create(tmp_path, "search-x", TINY)
     expected = {}
     for arm_id, label in [("id0", "baseline"), ("id1", "band")]:
-        parent = client.create_run(experiment, tags={"tune_dfrl.role": "arm", "arm_id": arm_id})
+        parent = store.client.create_run(store.experiment, tags={"tune_dfrl.role": "arm", "arm_id": arm_id})
         for seed in (1, 2):
-            run = client.create_run(
-                experiment,
-                tags={
-                    "tune_dfrl.role": "seed",
-                    "arm_id": arm_id,
-                    "arm_label": label,
-                    "method": label,
-                    "seed": str(seed),
-                    "mlflow.parentRunId": parent.info.run_id,
-                },
-            )
+            run = store.seed_run(arm_id, label, seed, parent=parent.info.run_id)
             for step in (5, 10):
                 for i, name in enumerate(TINY.names):
                     value = 30.0 + 10 * i + step + seed + (arm_id == "id1")
-                    client.log_metric(run.info.run_id, f"acc/{name}", value, step=step)
+                    store.client.log_metric(run, f"acc/{name}", value, step=step)
                     expected[(label, seed, step, name)] = value
-    table = load_mlflow("search-x", uri)
+    table = load_mlflow("search-x", store.uri)
     got = table.frame.set_index(["arm", "seed", "step", "benchmark"])["score"].to_dict()
     assert got == expected
-    assert table.origin["search_run_id"] == search.info.run_id
+    assert table.origin["search_run_id"] == store.search_run
     assert table.arm_info["band"]["arm_id"] == "id1" and table.arm_info["band"]["method"] == "band"
     assert not table.has_lengths
     with pytest.raises(ValueError, match="no MLflow experiment named 'nope'.*search-x"):
-        load_mlflow("nope", uri)
+        load_mlflow("nope", store.uri)

@@ -15,22 +15,12 @@ import numpy as np
 import optuna
 import pytest
 from mlflow import MlflowClient
+from reliability_helpers import FIRST_OF_DOMAIN, TINY
 from search_helpers import search_cfg
 
-from tune_dfrl.backends import get_backend
 from tune_dfrl.search import OPTUNA_STUDY, SearchError, plan_search, run_search
 
-# The first benchmark of each domain (db needs all three domains).
-EVALUATED = list({info.domain: info.name for info in reversed(get_backend("embedded").benchmarks())}.values())
-# A small base model (built once into the test session's base-model cache, ~30 s), 4 GRPO steps, 3 benchmarks.
-TINY = (
-    "steps=4",
-    "milestone_every=2",
-    "backend.prompts_per_step=8",
-    "backend.lr=0.001",
-    "backend.base.steps=200",
-    f"backend.eval_benchmarks=[{','.join(EVALUATED)}]",
-)
+EVALUATED = list(FIRST_OF_DOMAIN.values())  # TINY's benchmarks: the first of each domain (db needs all three)
 
 
 @pytest.fixture(scope="module")
