@@ -11,8 +11,9 @@ keeps the first `VAL_ITEMS` validation rows of the first benchmark of each domai
 a time) and prints, from what the search wrote: seconds per verl step (verl's `timing_s/step`),
 trial start-up time (the launcher's `startup_s`: from starting verl to its first step, i.e.
 process start, private Ray, workers, model load) and the search's wall time.
-The last line is JSON. `--device cuda` is the GPU smoke test (benchmarks/verl_gpu_smoke.sh):
-the same search with vLLM rollouts on one GPU.
+Its standard output is one JSON line (progress and the search's own output go to standard error).
+`--device cuda` is the GPU smoke test (benchmarks/verl_gpu_smoke.sh): the same search with vLLM
+rollouts on one GPU.
 """
 
 from __future__ import annotations
@@ -28,16 +29,17 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tune_dfrl.trainers.verl.recipe import hydra_quote
+from tune_dfrl.trainers.verl.recipe import default_recipe, hydra_quote
 
 VAL_ITEMS = 8  # validation rows per benchmark
 TRAIN_PER_DOMAIN = 32
 CPU_TRIAL_CPUS = 2  # Tune's CPUs per CPU trial, and the search's Ray has as many: one trial at a time
-# One GPU, the tiny model: a small vLLM share, the trainer without flash-attn.
+# One GPU, the tiny model: one rollout replica, a small vLLM share, padded batches, one agent-loop and reward worker.
+# Added to the recipe's `overrides` (and its own settings, tune_dfrl/trainers/verl/recipe.py), not in their place.
 GPU_OVERRIDES = (
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
     "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
     "actor_rollout_ref.model.use_remove_padding=false",
-    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
     "actor_rollout_ref.rollout.agent.num_workers=1",
     "reward.num_workers=1",
 )
@@ -69,17 +71,33 @@ def export(root: Path, model_dir: Path | None = None) -> dict:
 
 
 def search_args(
-    files: dict, device: str, arms: int, seeds: int, steps: int, out: Path, control_cache: str = "null"
+    files: dict,
+    device: str,
+    arms: int,
+    seeds: int,
+    steps: int,
+    out: Path,
+    control_cache: str = "null",
+    one_at_a_time: bool = True,
 ) -> list[str]:
-    """The search command's overrides: a tiny GRPO recipe (groups of 4, 8 prompts a step, 8 response tokens)."""
+    """The search command's overrides: a tiny GRPO recipe (groups of 4, 8 prompts a step, 8 response tokens).
+    `one_at_a_time`: on cpu, one trial at a time and no rung (the figures of one trial); else the sizing and the
+    paired scheduler of the defaults (on this 2-CPU machine: two trials at a time, arms paused at their rung)."""
     benchmarks = ",".join(
         "{" + ",".join(f"{k}:{v}" for k, v in b.items()) + ",reference_format:'{answer}'}" for b in files["benchmarks"]
     )
-    device_args = (
-        [f"backend.cpus_per_trial={CPU_TRIAL_CPUS}", f"ray.num_cpus={CPU_TRIAL_CPUS}", "backend.overrides=[]"]
-        if device == "cpu"
-        else [f"backend.overrides=[{','.join(GPU_OVERRIDES)}]"]
-    )
+    if device != "cpu":
+        overrides = ",".join(hydra_quote(o) for o in (*default_recipe()["overrides"], *GPU_OVERRIDES))
+        device_args = [f"backend.overrides=[{overrides}]", "scheduler.name=fifo"]
+    elif one_at_a_time:
+        device_args = [
+            f"backend.cpus_per_trial={CPU_TRIAL_CPUS}",
+            f"ray.num_cpus={CPU_TRIAL_CPUS}",
+            "backend.overrides=[]",
+            "scheduler.name=fifo",
+        ]
+    else:
+        device_args = []
     return [
         "space=difffilter_band",
         "backend=verl",
@@ -99,7 +117,6 @@ def search_args(
         "milestone_every=1",
         f"arms={arms}",
         f"seeds={seeds}",
-        "scheduler.name=fifo",
         f"control_cache={control_cache}",
         f"out={hydra_quote(str(out))}",
     ]
@@ -146,7 +163,7 @@ def main() -> int:
     root = args.out.resolve()
     began = time.monotonic()
     files = export(root, args.model_dir)
-    print(f"exported in {time.monotonic() - began:.0f} s: {root}", flush=True)
+    print(f"exported in {time.monotonic() - began:.0f} s: {root}", file=sys.stderr, flush=True)
     out = root / "search"
     began = time.monotonic()
     done = subprocess.run(
@@ -157,6 +174,7 @@ def main() -> int:
             *search_args(files, args.device, args.arms, args.seeds, args.steps, out),
         ],
         env=search_env(),
+        stdout=sys.stderr,
     )
     wall = time.monotonic() - began
     if done.returncode != 0:
@@ -174,7 +192,8 @@ def main() -> int:
     print(
         f"{figures['trials']} trials, {figures['steps']} verl steps: {figures['seconds_per_step']:.1f} s per step "
         f"(max {figures['seconds_per_step_max']:.1f}), trial start-up {figures['trial_startup_s']:.1f} s "
-        f"(max {figures['trial_startup_s_max']:.1f}), search wall time {wall:.0f} s"
+        f"(max {figures['trial_startup_s_max']:.1f}), search wall time {wall:.0f} s",
+        file=sys.stderr,
     )
     print(json.dumps(figures))
     return 0

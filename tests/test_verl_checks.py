@@ -75,13 +75,13 @@ def check(arm: ArmSpec, recipe: dict) -> None:
     checks.check_trial(arm, VerlRecipe.from_dict(recipe))
 
 
-def test_a_good_recipe_passes_every_check_but_the_missing_rollout_engine(files):
-    check(MIXER, recipe(files))  # files, columns, benchmarks, arm, composed config through verl's validate_config
-    if importlib.util.find_spec("vllm") is None:
-        with pytest.raises(
-            ValueError, match=r"vllm rollout is not installed\. On a GPU machine install verl\[vllm\]==0\.9\.1"
-        ):
-            VerlBackend(recipe(files)).validate(MIXER)
+def test_a_good_recipe_passes_every_check_and_this_machine_lacks_what_it_lacks(files):
+    backend = VerlBackend(recipe(files))
+    backend.validate(MIXER)  # files, columns, benchmarks, arm, composed config through verl's validate_config
+    problems = backend.machine_problems()
+    assert any("vllm rollout is not installed" in p for p in problems) == (importlib.util.find_spec("vllm") is None)
+    assert any("gpus_per_trial=1" in p for p in problems) == (checks.machine_gpus() < 1)
+    assert VerlBackend(recipe(files, device="cpu")).machine_problems() == []
 
 
 @pytest.mark.parametrize(
@@ -193,3 +193,33 @@ def test_resources_request_the_recipes_gpus_on_cuda_and_only_cpus_on_cpu(files):
     assert VerlBackend(recipe(files, gpus_per_trial=8)).resources() == {"cpu": 1, "gpu": 8}
     assert VerlBackend(recipe(files, device="cpu", cpus_per_trial=3)).resources() == {"cpu": 3, "gpu": 0}
     assert [b.name for b in VerlBackend(recipe(files)).benchmarks()][:2] == ["math_sum3", "math_mix3"]
+
+
+@pytest.mark.parametrize(
+    ("gpus", "tp", "fails"), [(1, 1, False), (4, 2, False), (1, 2, True), (3, 2, True), (8, 3, True)]
+)
+def test_a_rollout_parallelism_that_does_not_divide_the_trials_gpus_is_refused(files, gpus, tp, fails):
+    tp_override = f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}"
+    changed = recipe(files, gpus_per_trial=gpus, overrides=[tp_override])
+    if not fails:
+        check(BASELINE, changed)
+        return
+    with pytest.raises(ValueError, match=f"tensor_model_parallel_size={tp} .* must divide gpus_per_trial={gpus}"):
+        check(BASELINE, changed)
+
+
+def test_a_trial_needing_more_gpus_than_this_machine_has_is_named():
+    assert checks.gpu_shortage(2, 2) is None
+    assert "gpus_per_trial=2" in checks.gpu_shortage(2, 1) and "set backend.gpus_per_trial to at most 1" in (
+        checks.gpu_shortage(2, 1)
+    )
+    assert "backend.device=cpu" in checks.gpu_shortage(1, 0)
+
+
+def test_flash_attention_asked_for_without_flash_attn_is_named(files):
+    asked = VerlBackend(
+        recipe(files, overrides=["+actor_rollout_ref.model.override_config.attn_implementation=flash_attention_2"])
+    )
+    flash = [p for p in asked.machine_problems() if "flash-attn does not import" in p]
+    assert len(flash) == (importlib.util.find_spec("flash_attn") is None)
+    assert not any("flash-attn" in p for p in VerlBackend(recipe(files)).machine_problems())  # the recipe's choice

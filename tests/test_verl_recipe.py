@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 from tune_dfrl.trainers.verl.recipe import (
+    ATTENTION_KEY,
     VerlRecipe,
+    attention_implementation,
     build_overrides,
     check_verl_config,
     compose_verl_config,
+    cuda_settings,
     default_recipe,
     hydra_quote,
 )
@@ -120,3 +124,72 @@ def test_generated_benchmarks_when_the_recipe_leaves_them_null():
 def test_default_recipe_file_is_the_hydra_group_file():
     path = Path(__file__).parents[1] / "tune_dfrl" / "conf" / "backend" / "verl.yaml"
     assert OmegaConf.to_container(OmegaConf.load(path)) == default_recipe()
+
+
+def test_gpus_per_trial_follows_the_device_unless_set():
+    assert make_recipe().gpus_per_trial == 8 and make_recipe(device="cpu").gpus_per_trial == 1
+    assert make_recipe(gpus_per_trial=2).gpus_per_trial == 2
+
+
+def test_the_recipes_own_settings_stay_under_the_recipes_overrides_and_follow_the_device(tmp_path):
+    """KL loss and rollout TP 1 on both devices; vLLM's memory share and the attention implementation on cuda only;
+    the recipe's `overrides` add to them (a user's list never drops them) and win."""
+    overrides = ["actor_rollout_ref.rollout.gpu_memory_utilization=0.3"]
+    cuda = compose_verl_config(build_overrides(make_recipe(overrides=overrides), ARM, 0, tmp_path))
+    actor, rollout = cuda.actor_rollout_ref.actor, cuda.actor_rollout_ref.rollout
+    assert (actor.use_kl_loss, actor.kl_loss_coef, actor.kl_loss_type) == (True, 0.001, "low_var_kl")
+    assert rollout.tensor_model_parallel_size == 1 and rollout.gpu_memory_utilization == 0.3
+    attention = cuda.actor_rollout_ref.model.override_config.attn_implementation
+    assert attention == attention_implementation() == ("sdpa" if find_spec("flash_attn") is None else attention)
+    chosen = f"+{ATTENTION_KEY}=eager"
+    assert build_overrides(make_recipe(overrides=[chosen]), ARM, 0, tmp_path).count(chosen) == 1
+    assert not any(ATTENTION_KEY in o for o in cuda_settings(make_recipe(overrides=[chosen])))
+    cpu = build_overrides(make_recipe(device="cpu", gpus_per_trial=1), ARM, 0, tmp_path)
+    assert not any("gpu_memory_utilization" in o for o in cpu)
+    assert "actor_rollout_ref.rollout.tensor_model_parallel_size=1" in cpu
+
+
+def flat_config(recipe: VerlRecipe, checkpoint_dir: Path) -> dict:
+    """Every leaf of a trial's verl config as `dotted.key -> value` (interpolations unresolved)."""
+
+    def leaves(node, prefix: str = "") -> dict:
+        if not isinstance(node, dict):
+            return {prefix[:-1]: node}
+        return {k: v for key, value in node.items() for k, v in leaves(value, f"{prefix}{key}.").items()}
+
+    config = compose_verl_config(build_overrides(recipe, ARM, 0, checkpoint_dir))
+    return leaves(OmegaConf.to_container(config, resolve=False))
+
+
+def test_the_cpu_and_cuda_configurations_differ_in_the_documented_keys_only(tmp_path):
+    """docs/readme_verl.md, "What differs from GPU": the default recipe on one GPU, composed for each device."""
+    from tune_dfrl.trainers.verl.cpu import ray_temp_dir
+
+    cuda = flat_config(make_recipe(gpus_per_trial=1), tmp_path)
+    cpu = flat_config(make_recipe(device="cpu"), tmp_path)
+    rollout, actor, absent = "actor_rollout_ref.rollout.", "actor_rollout_ref.actor.", "<absent>"
+    documented = {
+        "trainer.device": ("cuda", "cpu"),
+        rollout + "name": ("vllm", "hf_cpu"),
+        rollout + "gpu_memory_utilization": (0.6, 0.5),
+        actor + "strategy": ("fsdp", "fsdp2"),
+        actor + "use_torch_compile": (True, False),
+        actor + "fsdp_config.use_torch_compile": (True, False),
+        actor + "use_kl_loss": (True, False),
+        rollout + "full_determinism": (False, True),
+        rollout + "agent.default_agent_loop": ("single_turn_agent", "hf_cpu_single_turn"),
+        rollout + "agent.num_workers": (8, 1),
+        "reward.num_workers": (8, 1),
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units": (8, 1),
+        "ray_kwargs.ray_init.num_cpus": (None, 16),
+        "ray_kwargs.ray_init.num_gpus": (absent, 1),
+        "ray_kwargs.ray_init._temp_dir": (absent, str(ray_temp_dir(tmp_path))),
+    }
+    if attention_implementation() != "sdpa":  # flash-attn imports here: cuda uses it, cpu sdpa
+        documented[ATTENTION_KEY] = (attention_implementation(), "sdpa")
+    differ = {
+        key: (cuda.get(key, absent), cpu.get(key, absent))
+        for key in cuda.keys() | cpu.keys()
+        if cuda.get(key, absent) != cpu.get(key, absent)
+    }
+    assert differ == documented

@@ -9,6 +9,10 @@ to OUT/results.jsonl and MLflow; the paired-CI report ends it. Three stages, one
     tune_dfrl.search_run      folder lock, Ray Tune with the paired searcher and scheduler
     tune_dfrl.search_finish   the report on results.jsonl
 
+`dry_run=true` checks everything a search would before its first trial (stage 1 and the calibration
+smoke test), prints the plan and the first trial's command, and exits 0: no Ray, no training, nothing
+written; what this machine lacks for the trials (e.g. GPUs, vLLM) is printed as `warning:` lines.
+
 Exit status: 0 done; 2 bad input (`error:` line, nothing written or trained); 1 the search ran
 but ended without a report (`error:` line saying what to run next); 130 / 143 interrupted by
 SIGINT / SIGTERM (one line saying how to resume).
@@ -36,8 +40,16 @@ from __future__ import annotations
 import sys
 
 from tune_dfrl.search_finish import SearchFailed
-from tune_dfrl.search_plan import Plan, SearchError, compose, plan_search, register_configs, save_plan
-from tune_dfrl.search_run import OPTUNA_STUDY, Interrupted, run_search
+from tune_dfrl.search_plan import (
+    Plan,
+    SearchError,
+    compose,
+    dry_run_lines,
+    plan_search,
+    register_configs,
+    save_plan,
+)
+from tune_dfrl.search_run import OPTUNA_STUDY, Interrupted, calibrate, run_search
 
 __all__ = ["OPTUNA_STUDY", "Plan", "SearchError", "plan_search", "register_configs", "run_search", "save_plan"]
 
@@ -51,14 +63,19 @@ def main() -> None:
     register_configs()
     if not any(a.startswith("-") for a in sys.argv[1:]):
         try:
-            plan_search(compose(sys.argv[1:]))  # every key, value, path and service, before anything starts
+            plan = plan_search(compose(sys.argv[1:]))  # every key, value, path and service, before anything starts
+            if plan.dry_run:
+                dry_run(plan)
         except ValueError as error:
             _exit(2, f"error: {error}")
 
     @hydra.main(config_path="pkg://tune_dfrl.conf", config_name="search", version_base="1.3")
     def run(cfg: object) -> None:
         try:
-            run_search(plan_search(OmegaConf.to_container(cfg, resolve=True)))
+            plan = plan_search(OmegaConf.to_container(cfg, resolve=True))
+            if plan.dry_run:
+                dry_run(plan)
+            run_search(plan)
         except ValueError as error:  # bad input found late (calibration, the folder taken meanwhile): nothing trained
             _exit(2, f"error: {error}")
         except SearchFailed as error:
@@ -67,6 +84,15 @@ def main() -> None:
             _exit(128 + interrupted.signum, f"interrupted by {interrupted}; to continue, {interrupted.hint}")
 
     run()
+
+
+def dry_run(plan: Plan) -> None:
+    """Calibrate the backend, print the warnings and the plan (`dry_run_lines`), exit 0."""
+    calibrate(plan.backend)
+    for line in plan.warnings:
+        print(f"warning: {line}", file=sys.stderr, flush=True)
+    print("\n".join(dry_run_lines(plan)), flush=True)
+    sys.exit(0)
 
 
 def _exit(code: int, line: str) -> None:

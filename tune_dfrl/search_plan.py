@@ -1,10 +1,13 @@
 """Stage 1 of a search, the plan: every setting, path and service checked; nothing written, nothing trained.
 
 `compose` turns command-line overrides into the search config (a misspelt key lists the keys
-allowed there); `plan_search` reads it into typed settings (`tune_dfrl.settings`), builds the
-backend and its recipe, and checks the output folder (free, writable, new or the same search),
-the tracking store, the caches and the Ray address. Anything wrong is a `ValueError` with one line
-that names the key, the value and what is allowed: the CLI prints it as `error: ...`, exit 2.
+allowed there; an override Hydra cannot parse is named); `plan_search` reads it into typed settings
+(`tune_dfrl.settings`), builds the backend and its recipe, validates the arms, asks the backend what
+this machine lacks for its trials (a backend with `machine_problems`, e.g. verl on cuda), and checks
+the output folder (free, writable, new or the same search), the tracking store, the caches and the
+Ray address. Anything wrong is a `ValueError` with one line that names the key, the value and what
+is allowed: the CLI prints it as `error: ...`, exit 2. Under `dry_run=true` what this machine lacks
+is kept as the plan's `warnings` instead, and `dry_run_lines` describes the plan.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -47,7 +51,7 @@ from tune_dfrl.settings import (
 )
 from tune_dfrl.spaces import ArmFactory, SearchSpace, available_spaces, recipe_hash, space_file_text
 from tune_dfrl.tracking import default_tracking_uri
-from tune_dfrl.trial import PlantedFault
+from tune_dfrl.trial import PlantedFault, cell_dir
 
 OPTUNA_DB = "optuna.db"
 GROUPS = ("space", "backend")  # config groups; every other top-level key is a `SearchSettings` field
@@ -84,6 +88,8 @@ class Plan:
     control_cache: Path | None = None
     faults: tuple[PlantedFault, ...] = ()
     sequential: SequentialRule | None = None  # seeds=auto: `seeds` are the starting seeds
+    dry_run: bool = False  # check and describe the search; start nothing
+    warnings: tuple[str, ...] = ()  # under dry_run: what this machine lacks for the trials (else those are errors)
 
     @property
     def possible_seeds(self) -> tuple[int, ...]:
@@ -166,8 +172,9 @@ def compose(overrides: list[str]) -> dict[str, Any]:
     that does not exist -> SettingsError listing the keys allowed at that level."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
-    from hydra.errors import ConfigCompositionException
+    from hydra.errors import ConfigCompositionException, HydraException, OverrideParseException
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     register_configs()
     with initialize_config_module(config_module="tune_dfrl.conf", version_base="1.3"):
@@ -185,6 +192,30 @@ def compose(overrides: list[str]) -> dict[str, Any]:
             prefix = parent + "." if parent else ""
             allowed = ", ".join(prefix + k for k in node) if isinstance(node, dict) else "(none)"
             raise SettingsError(f"unknown key {prefix + name!r}; allowed keys: {allowed}") from None
+        except OverrideParseException as error:
+            bad = next((o for o in overrides if not _parses(o)), " ".join(overrides))
+            raise SettingsError(
+                f"Hydra cannot parse the override {bad!r}: {_one_line(str(error))}; quote a value that holds "
+                "'=', ',', brackets or spaces, e.g. \"key=['a.b=1','c']\""
+            ) from None
+        except (HydraException, OmegaConfBaseException) as error:
+            raise SettingsError(f"the command line does not compose: {_one_line(str(error))}") from None
+
+
+def _parses(override: str) -> bool:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    try:
+        OverridesParser.create().parse_overrides([override])
+    except OverrideParseException:
+        return False
+    return True
+
+
+def _one_line(text: str) -> str:
+    """`text` without Hydra's link to its grammar documentation, its lines joined."""
+    return " ".join(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("See https"))
 
 
 def plan_search(cfg: dict[str, Any]) -> Plan:
@@ -228,6 +259,10 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
             *space.default_suggestions(),
         ]:
             backend.validate(make_arm(suggestion))
+    with backend_errors(backend_name, "check this machine"):
+        problems = tuple(backend.machine_problems()) if hasattr(backend, "machine_problems") else ()
+    if problems and not settings.dry_run:
+        raise SearchError(problems[0])
 
     if settings.resume and not settings.out:
         raise SearchError("resume=true needs out=DIR: the output directory of the search to continue")
@@ -270,6 +305,8 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
         settings.max_retries,
         control_cache,
         sequential=sequential,
+        dry_run=settings.dry_run,
+        warnings=problems,
     )
     plan = replace(plan, faults=_faults(settings.fault_injection, plan.possible_seeds, milestones))
     _check_storage(plan)
@@ -286,6 +323,44 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
     if address is not None:
         check_ray_address(address)
     return plan
+
+
+def dry_run_lines(plan: Plan) -> list[str]:
+    """The plan as a dry run prints it: arms, seeds, cells, steps, rungs, each trial's resources, and the first
+    trial's command line (a backend with `trial_command`, e.g. verl; the embedded backend trains in the trial)."""
+    from tune_dfrl.rungs import RungRule
+    from tune_dfrl.settings import PAIRED_SCHEDULERS
+
+    seeds = (
+        f"seeds=auto: {list(plan.seeds)} first, at most {len(plan.possible_seeds)}"
+        if plan.sequential is not None
+        else f"seeds {list(plan.seeds)}"
+    )
+    scheduler = plan.scheduler
+    rungs = (
+        f"rungs at steps {list(RungRule.of(scheduler).rungs(plan.milestones))}"
+        if scheduler.name in PAIRED_SCHEDULERS
+        else f"Ray's ASHA from step {min(s for s in plan.milestones if s >= scheduler.grace_fraction * max(plan.milestones))}"
+        if scheduler.name == "asha"
+        else "no rungs (every trial runs to the end)"
+    )
+    with backend_errors(plan.backend_name, "size a trial"):
+        resources = plan.backend.resources()
+    lines = [
+        f"dry run of search {plan.space.name}: nothing started, nothing written",
+        f"arms: the control ({plan.control.label}) + {plan.n_arms} searched; {seeds}; {plan.total_cells} cells at most",
+        f"steps: {max(plan.milestones)} per trial, milestones at {list(plan.milestones)}; "
+        f"scheduler {scheduler.name}: {rungs}",
+        f"resources per trial (asked of Ray Tune): {json.dumps(resources)}",
+        f"backend {plan.backend_name}; output folder {plan.out}",
+    ]
+    if hasattr(plan.backend, "trial_command"):
+        seed = plan.seeds[0]
+        folder = cell_dir(plan.out / "cells", plan.control.arm_id, seed) / "checkpoint"
+        with backend_errors(plan.backend_name, "build a trial's command"):
+            command = plan.backend.trial_command(plan.control, seed, folder)
+        lines.append(f"first trial (the control at seed {seed}): {shlex.join(command)}")
+    return lines
 
 
 def _check_storage(plan: Plan) -> None:

@@ -210,6 +210,7 @@ class SearchSettings:
     control_cache: str | None = setting(
         "auto", Text()
     )  # auto = $TUNE_DFRL_CACHE/controls or ~/.cache/...; DIR; null = off
+    dry_run: bool = setting(False, FLAG)  # check all, print the plan and first trial command; start nothing
     fault_injection: Any = setting(None, Anything())  # TEST ONLY: {arm, seed, step, times} crashes that trial
     scheduler: SchedulerSettings = section(SchedulerSettings)
     searcher: SearcherSettings = section(SearcherSettings)

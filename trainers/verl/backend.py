@@ -49,6 +49,9 @@ class VerlBackend:
 
     name = "verl"
     binary_rewards = False  # a recipe's reward function may give partial credit
+    # A paused trial's thread ends only once its verl process group has ended (seconds), longer than Tune waits
+    # before refusing to reuse the actor; the actor only runs the child, so a fresh one costs nothing that counts.
+    reuses_trial_actors = False
 
     def __init__(self, recipe: Mapping[str, Any]):
         self.recipe = dict(recipe)
@@ -64,8 +67,21 @@ class VerlBackend:
         """Nothing to build: the model and parquet files are the recipe's."""
 
     def validate(self, arm: ArmSpec) -> None:
+        """The recipe and the arm (`checks.check_trial`); on cpu also the CPU rollout. What this machine lacks for
+        cuda trials is listed by `machine_problems`."""
         checks.check_trial(arm, self.config)
-        checks.check_rollout_engine(self.config)
+        if self.config.device == "cpu":
+            checks.check_rollout_engine(self.config)
+
+    def machine_problems(self) -> list[str]:
+        """What this machine lacks for the recipe's cuda trials (`checks.machine_problems`): the search refuses to
+        start on the first; a dry run prints them as warnings."""
+        return checks.machine_problems(self.config)
+
+    def trial_command(self, arm: ArmSpec, seed: int, checkpoint_dir: Path, validate_first: bool = False) -> list[str]:
+        """The child's command line of the trial (arm, seed) working in `checkpoint_dir`."""
+        overrides = build_overrides(self.config, arm, seed, Path(checkpoint_dir).resolve(), validate_first)
+        return [*(self.config.command or VERL_MAIN), *overrides]
 
     def resources(self) -> dict[str, float]:
         """Tune's share of a trial: `cpus_per_trial` CPUs, and `gpus_per_trial` GPUs on cuda (none on cpu)."""
@@ -131,7 +147,7 @@ class VerlBackend:
 
             env.update(cpu_env(checkpoint_dir))
         run_child(
-            [*(recipe.command or VERL_MAIN), *build_overrides(recipe, arm, seed, checkpoint_dir, validate_first)],
+            self.trial_command(arm, seed, checkpoint_dir, validate_first),
             env,
             work_dir=checkpoint_dir,
             metrics_path=metrics_path,

@@ -5,8 +5,11 @@
 tokenizer does not load or has no chat template that renders a training prompt, a parquet file
 lacks a column verl or the arm needs (the domain column for mixers), validation data_sources and
 the benchmark mapping disagree, the arm's parameters are invalid, or verl's own
-`validate_config` rejects the composed configuration. `check_rollout_engine` checks the rollout
-engine: vLLM / SGLang, which only the `gpu` extra installs, or on `device: cpu` our CPU package.
+`validate_config` rejects the composed configuration, or its rollout parallelism does not divide
+`gpus_per_trial` (`check_parallelism`). `check_rollout_engine` checks the rollout engine: vLLM /
+SGLang, which only the `gpu` extra installs, or on `device: cpu` our CPU package.
+`machine_problems` lists what this machine lacks for a cuda recipe (GPUs, the rollout engine,
+flash-attn when the configuration asks for it): errors before a search, warnings of a dry run.
 
 `calibrate` scores, per benchmark, the first `CALIBRATION_ROWS` validation rows with the reward
 function the trials will use (`reward.custom_reward_function` of the composed config: ours,
@@ -33,7 +36,15 @@ import pyarrow.parquet as pq
 from tune_dfrl.backend import ArmSpec, CalibrationResult
 
 from .hook import DataPolicy, is_mixer
-from .recipe import VerlRecipe, build_overrides, check_verl_config, compose_verl_config
+from .recipe import (
+    ATTENTION_KEY,
+    VERL_ATTENTION,
+    VerlRecipe,
+    attention_implementation,
+    build_overrides,
+    check_verl_config,
+    compose_verl_config,
+)
 
 VERL_VERSION = "0.9.1"
 VERL_CORE_MODULES = ("transfer_queue", "zmq", "msgspec", "tensordict", "torchdata", "datasets", "fastapi", "uvicorn")
@@ -69,10 +80,76 @@ def check_rollout_engine(recipe: VerlRecipe) -> None:
                 f"does not import: {type(error).__name__}: {error}"
             ) from error
         return
-    if importlib.util.find_spec(recipe.engine) is None:
+    if (problem := missing_rollout_engine(recipe)) is not None:
+        raise ValueError(problem)
+
+
+def missing_rollout_engine(recipe: VerlRecipe) -> str | None:
+    """What to install when the cuda rollout engine is not installed (found by `find_spec`: importing vLLM takes
+    seconds and touches CUDA), else None."""
+    if importlib.util.find_spec(recipe.engine) is not None:
+        return None
+    return (
+        f"verl's {recipe.engine} rollout is not installed. On a GPU machine install verl[vllm]==0.9.1 "
+        "(the `gpu` extra; steps in docs/readme_verl.md); never on a CPU-only machine, it replaces torch"
+    )
+
+
+def machine_gpus() -> int:
+    """GPUs this process sees (`CUDA_VISIBLE_DEVICES` applies); a Ray cluster's other nodes are not counted."""
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def gpu_shortage(gpus_per_trial: int, available: int) -> str | None:
+    """Why a trial of `gpus_per_trial` GPUs cannot run on a machine with `available`, else None."""
+    if gpus_per_trial <= available:
+        return None
+    fix = (
+        f"set backend.gpus_per_trial to at most {available}"
+        if available
+        else "run it on a GPU machine, or try the recipe on this one with backend.device=cpu"
+    )
+    return (
+        f"device=cuda: gpus_per_trial={gpus_per_trial}, the GPUs a trial needs on one machine; this one has "
+        f"{available} (torch.cuda.device_count(); other nodes of a Ray cluster are not counted): {fix}"
+    )
+
+
+def machine_problems(recipe: VerlRecipe) -> list[str]:
+    """What this machine lacks for the recipe's trials on cuda (none on cpu): GPUs, the rollout engine, flash-attn
+    when the configuration asks for a flash attention implementation."""
+    if recipe.device != "cuda":
+        return []
+    config = trial_config(recipe, CALIBRATION_ARM)
+    asked = str(config.actor_rollout_ref.model.override_config.get("attn_implementation", VERL_ATTENTION))
+    flash = (
+        f"the verl configuration asks for attn_implementation={asked} ({ATTENTION_KEY}), but flash-attn does not "
+        "import here: install flash-attn built for this torch, or drop that override (the recipe then uses "
+        f"{attention_implementation()})"
+    )
+    problems = [
+        gpu_shortage(recipe.gpus_per_trial, machine_gpus()),
+        missing_rollout_engine(recipe),
+        flash if asked.startswith("flash_attention") and attention_implementation() != VERL_ATTENTION else None,
+    ]
+    return [p for p in problems if p is not None]
+
+
+def check_parallelism(recipe: VerlRecipe, config: Any) -> None:
+    """The rollout's tensor x data x pipeline parallel size divides `gpus_per_trial` (verl asserts it only once its
+    workers start, engine_workers.py)."""
+    rollout = config.actor_rollout_ref.rollout
+    tp, dp, pp = (
+        int(rollout[k]) for k in ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size")
+    )
+    if recipe.gpus_per_trial % (tp * dp * pp):
         raise ValueError(
-            f"verl's {recipe.engine} rollout is not installed. On a GPU machine install verl[vllm]==0.9.1 "
-            "(the `gpu` extra; steps in docs/readme_verl.md); never on a CPU-only machine, it replaces torch"
+            f"the rollout's tensor_model_parallel_size={tp} x data_parallel_size={dp} x "
+            f"pipeline_model_parallel_size={pp} must divide gpus_per_trial={recipe.gpus_per_trial}: set "
+            "actor_rollout_ref.rollout.tensor_model_parallel_size (in backend.overrides) to a divisor of "
+            f"{recipe.gpus_per_trial}, or change backend.gpus_per_trial"
         )
 
 
@@ -174,9 +251,11 @@ def check_trial(arm: ArmSpec, recipe: VerlRecipe) -> None:
     check_benchmarks(recipe)
     DataPolicy.from_arm({"method": arm.method, "params": arm.params}, recipe.rollout_n, domains, recipe.domain_column)
     try:
-        check_verl_config(trial_config(recipe, arm))
+        config = trial_config(recipe, arm)
+        check_verl_config(config)
     except Exception as error:  # Hydra composition and verl's dataclass / assert checks
         raise ValueError(f"verl rejects the recipe's configuration: {error}") from error
+    check_parallelism(recipe, config)
 
 
 def trial_reward_function(recipe: VerlRecipe) -> Callable[..., Any]:

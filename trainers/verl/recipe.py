@@ -17,6 +17,8 @@ with verl's own config (`verl/trainer/config/ppo_trainer.yaml`) and, in order:
 - a private Ray instance per trial: `+ray_kwargs.ray_init.address=local`;
 - the arm: `+tune_dfrl.policy` (JSON of method + params) and `+tune_dfrl.domain_column`;
 - the reward: `tune_dfrl.trainers.verl.reward.compute_score`;
+- the recipe's verl settings that no recipe key names (`SHARED_SETTINGS`; on cuda also `cuda_settings`:
+  vLLM's memory share, the attention implementation), each with the reason it is chosen;
 - the recipe's own `overrides`, so they win over ours;
 - on `device: cpu`, last, `tune_dfrl.trainers.verl.cpu.cpu_overrides` (the CPU platform's settings,
   the HF rollout, the trial's private Ray with one logical GPU; `cpus_per_trial` sizes it).
@@ -27,6 +29,8 @@ that package is imported only then.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import importlib.resources
 import json
 import re
@@ -48,6 +52,20 @@ ROLLOUT_ENGINES = ("vllm", "sglang")  # GPU engines; the first is the default on
 DEVICES = ("cuda", "cpu")
 TOKENS_PER_GPU = 16384  # verl's default micro-batch token budget (dynamic batch size); at least one sequence
 MAX_EPOCHS = 1_000_000  # verl stops at trainer.total_training_steps; epochs must not end the run first
+DEVICE_GPUS = {"cuda": 8, "cpu": 1}  # gpus_per_trial when the recipe leaves it null: a node; cpu's one logical GPU
+# The recipe's verl settings on every device, before the recipe's `overrides` (which win):
+SHARED_SETTINGS = (
+    # GRPO's KL penalty to the reference model, as verl's GRPO examples train (the CPU platform turns it off, last)
+    "actor_rollout_ref.actor.use_kl_loss=true",
+    "actor_rollout_ref.actor.kl_loss_coef=0.001",
+    "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+    # one rollout replica per GPU: verl's default of 2 fails on one GPU (`checks.check_parallelism`)
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+)
+# vLLM's share of each GPU (weights and KV cache); the FSDP actor and the reference model use the rest
+GPU_MEMORY_SHARE = "actor_rollout_ref.rollout.gpu_memory_utilization=0.6"
+ATTENTION_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
+VERL_ATTENTION = "flash_attention_2"  # verl's when override_config names none (verl/workers/config/model.py)
 
 
 def default_recipe(**changes: Any) -> dict[str, Any]:
@@ -84,7 +102,7 @@ class VerlRecipe:
     model_path: Path
     train_files: tuple[Path, ...]
     val_files: tuple[Path, ...]
-    gpus_per_trial: int
+    gpus_per_trial: int  # the recipe's, or DEVICE_GPUS[device] when it is null
     rollout_n: int
     max_prompt_length: int
     max_response_length: int
@@ -136,9 +154,10 @@ class VerlRecipe:
         lr = recipe["lr"]
         if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
             raise ValueError(f"verl recipe key 'lr' must be a number > 0; got {lr!r}")
-        device, engine, gpus = recipe["device"], recipe["rollout_engine"], _integer(recipe, "gpus_per_trial", low=0)
+        device, engine = recipe["device"], recipe["rollout_engine"]
         if device not in DEVICES:
             raise ValueError(f"device={device!r}; allowed: {', '.join(DEVICES)}")
+        gpus = DEVICE_GPUS[device] if recipe["gpus_per_trial"] is None else _integer(recipe, "gpus_per_trial", low=0)
         if engine is not None and engine not in ROLLOUT_ENGINES:
             raise ValueError(f"rollout_engine={engine!r}; allowed: null (the device's), {', '.join(ROLLOUT_ENGINES)}")
         if device == "cpu" and engine is not None:
@@ -300,9 +319,30 @@ def build_overrides(
         "+ray_kwargs.ray_init.include_dashboard=false",
         f"+tune_dfrl.policy={hydra_quote(policy_json(arm))}",
         f"+tune_dfrl.domain_column={hydra_quote(recipe.domain_column)}",
+        *SHARED_SETTINGS,
+        *(cuda_settings(recipe) if recipe.device == "cuda" else ()),
         *recipe.overrides,
         *(cpu_overrides(recipe, checkpoint_dir) if recipe.device == "cpu" else ()),
     ]
+
+
+def cuda_settings(recipe: VerlRecipe) -> list[str]:
+    """The recipe's settings on cuda only: vLLM's memory share, and the attention implementation unless the
+    recipe's overrides name one."""
+    named = any(o.lstrip("+~").split("=", 1)[0] == ATTENTION_KEY for o in recipe.overrides)
+    return [GPU_MEMORY_SHARE, *([] if named else [f"+{ATTENTION_KEY}={attention_implementation()}"])]
+
+
+@functools.cache
+def attention_implementation() -> str:
+    """flash_attention_2 when flash-attn imports in this process, else sdpa: verl's default, flash_attention_2, fails
+    at model build without flash-attn, which verl[vllm] does not install, and `HF_HUB_OFFLINE=1` stops transformers
+    from fetching a kernel instead."""
+    try:
+        importlib.import_module("flash_attn")
+    except Exception:  # not installed, or built for another torch
+        return "sdpa"
+    return VERL_ATTENTION
 
 
 def cpu_overrides(recipe: VerlRecipe, checkpoint_dir: Path) -> list[str]:
