@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS
@@ -85,6 +86,21 @@ def stop(proc: subprocess.Popen, marker: str | None = None, sig: int = signal.SI
                 except ProcessLookupError:
                     pass
             time.sleep(0.5)
+
+
+def interrupt(
+    proc: subprocess.Popen, ready: Callable[[], None], send: Callable[[], None], marker: str, wait_s: float
+) -> float:
+    """Once `ready()` returns, `send()` a signal and wait up to `wait_s` for `proc` to exit; returns the seconds it
+    took. `proc` and what is left of it (`stop`, `marker`) are ended in any case."""
+    try:
+        ready()
+        began = time.monotonic()
+        send()
+        proc.wait(timeout=wait_s)
+        return time.monotonic() - began
+    finally:
+        stop(proc, marker=marker)
 
 
 def marked(*markers: str) -> list[int]:
@@ -177,8 +193,23 @@ SMALL = (
 )
 
 
-def synthetic_search_command(*overrides: str) -> list[str]:
-    return [sys.executable, "-c", SYNTHETIC_CLI, *SMALL, *overrides]
+def synthetic_search_command(*overrides: str, cli: str = SYNTHETIC_CLI) -> list[str]:
+    return [sys.executable, "-c", cli, *SMALL, *overrides]
+
+
+# The same CLI with the bookkeeping bug that `tune_dfrl.trial_watch` guards against planted: the searcher never
+# hears that the control's seed-1 trial ended, so once every other trial is done Ray Tune waits on the searcher.
+UNTOLD_END_CLI = SYNTHETIC_CLI.replace(
+    "search.main()",
+    """from tune_dfrl import pairing
+told = pairing.PairedRepeater.on_trial_complete
+def untold(self, trial_id, result=None, error=False):
+    arm_id, seed = self._cells[trial_id]
+    if (arm_id, seed) != (self.control.arm_id, 1):
+        told(self, trial_id, result, error)
+pairing.PairedRepeater.on_trial_complete = untold
+search.main()""",
+)
 
 
 def resume_search(command: list[str], root: Path, env: dict[str, str], ray_tmp: Path, timeout_s: float) -> None:

@@ -35,6 +35,7 @@ class SyntheticBackend:
     recipe: dict[str, Any]
     name: str = "synthetic"
     binary_rewards: bool = False
+    reuses_trial_actors: bool = True
     slope: float = 20.0
     sleep_s: float = 0.02
     calibration_ok: bool = True

@@ -17,11 +17,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from mlflow import MlflowClient
-from reliability_helpers import records, short_tmp, start, stop, synthetic_search_command, wait_for
+from reliability_helpers import interrupt, records, short_tmp, start, synthetic_search_command, wait_for
 
 RUN_TIMEOUT_S = 400  # a search of this size ends in about a minute on 2 loaded cores
 EXIT_S = 20.0  # an interrupted search must be gone within this
@@ -122,7 +121,8 @@ def test_one_search_per_folder_and_interrupts_end_it_in_seconds(tmp_path: Path) 
     log = out.parent / "first.log"
     slow = ("+backend.sleep_s=5.0", "control_cache=null")  # 50 s per cell: still running when interrupted
     first = start(synthetic_search_command(f"out={out}", *slow), out.parent, log=log)
-    try:
+
+    def second_driver_refused() -> None:
         wait_for(lambda: bool(records(out / "results.jsonl")), RUN_TIMEOUT_S, "a first milestone")
         second = subprocess.run(
             synthetic_search_command(f"out={out}", *slow, "resume=true"),
@@ -133,12 +133,9 @@ def test_one_search_per_folder_and_interrupts_end_it_in_seconds(tmp_path: Path) 
         )
         assert second.returncode == 2
         assert last_line(second.stderr).startswith(f"error: {out} is in use by another search (pid {first.pid} on ")
-        began = time.monotonic()
-        os.killpg(first.pid, signal.SIGINT)  # Ctrl-C in a terminal: the whole process group
-        first.wait(timeout=EXIT_S * 3)
-        took = time.monotonic() - began
-    finally:
-        stop(first, marker=str(out))
+
+    ctrl_c = lambda: os.killpg(first.pid, signal.SIGINT)  # noqa: E731 - Ctrl-C in a terminal: the whole process group
+    took = interrupt(first, second_driver_refused, ctrl_c, str(out), EXIT_S * 3)
     text = log.read_text()
     print(f"SIGINT to the process group: exit {first.returncode} after {took:.1f} s")
     assert first.returncode == 130 and took < EXIT_S, (first.returncode, took, text[-3000:])
@@ -149,14 +146,13 @@ def test_one_search_per_folder_and_interrupts_end_it_in_seconds(tmp_path: Path) 
     assert runs and {r.info.status for r in runs} <= {"KILLED", "FINISHED"}
 
     resumed = start(synthetic_search_command(f"out={out}", *slow, "resume=true"), out.parent, log=log)
-    try:
-        wait_for(lambda: "(resumed, attempt 1)" in log.read_text(), RUN_TIMEOUT_S, "the resumed search")
-        began = time.monotonic()
-        resumed.send_signal(signal.SIGTERM)  # the driver alone
-        resumed.wait(timeout=EXIT_S * 3)
-        took = time.monotonic() - began
-    finally:
-        stop(resumed, marker=str(out))
+    took = interrupt(
+        resumed,
+        lambda: wait_for(lambda: "(resumed, attempt 1)" in log.read_text(), RUN_TIMEOUT_S, "the resumed search"),
+        lambda: resumed.send_signal(signal.SIGTERM),  # the driver alone
+        str(out),
+        EXIT_S * 3,
+    )
     text = log.read_text()
     print(f"SIGTERM to the driver: exit {resumed.returncode} after {took:.1f} s")
     assert resumed.returncode == 143 and took < EXIT_S, (resumed.returncode, took, text[-3000:])

@@ -72,6 +72,7 @@ class Backend(Protocol):
     name: str
     recipe: dict[str, Any]  # the full recipe (defaults plus overrides), JSON-able; part of every arm id
     binary_rewards: bool  # every reward is 0 or 1 (exact-match verifiers): arms are canonicalised with it
+    reuses_trial_actors: bool  # Ray Tune may hand a stopped or paused trial's actor to the next trial (reuse_actors)
 
     def benchmarks(self) -> list[BenchmarkInfo]: ...
 

@@ -72,10 +72,12 @@ class PairedRepeater(Searcher):
         state_path: Path | None = None,
         sequential: SequentialRule | None = None,
         on_look: Callable[[dict[str, Any]], None] | None = None,
+        while_waiting: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(metric=metric, mode="max")
         self.state_path = state_path
         self.on_look = on_look
+        self.while_waiting = while_waiting  # runs whenever suggest has nothing to give (Tune may be waiting on it)
         self.searcher = searcher
         self._make_arm = make_arm
         self.control = control
@@ -110,8 +112,10 @@ class PairedRepeater(Searcher):
         actors only while the search is unfinished, and paused trials resume on them.
         """
         if not self._queue and not self._enqueue_next_arm():
-            if not all(seed in self.ledger.ends(arm_id) for arm_id, seed in self._cells.values()):
-                return None  # (cells ended before a resume are not handed out again)
+            if self.open_cells():
+                if self.while_waiting is not None:
+                    self.while_waiting()
+                return None
             if not self._next_batch():
                 return Searcher.FINISHED
         config = self._queue.pop(0)
@@ -135,8 +139,16 @@ class PairedRepeater(Searcher):
         self._tell(self.feedback.end(arm_id, seed, error, last))
         self._persist()
 
+    def retry(self, trial_id: str) -> None:
+        """The trial ended without a result reaching the search (`tune_dfrl.trial_watch`): its cell is handed out
+        again first, as a new trial."""
+        arm_id, seed = self._cells.pop(trial_id)
+        self._queue.insert(0, arm_config(self.arms[arm_id], seed))
+        self._persist()
+
     def get_state(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("searcher", "_make_arm", "state_path", "on_look")}
+        skip = ("searcher", "_make_arm", "state_path", "on_look", "while_waiting")
+        return {k: v for k, v in self.__dict__.items() if k not in skip}
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -186,6 +198,11 @@ class PairedRepeater(Searcher):
     def cells_of(self, arm_id: str) -> dict[int, str]:
         """seed -> finished | stopped | failed, for the seeds of `arm_id` that ended."""
         return self.ledger.ends(arm_id)
+
+    def open_cells(self) -> list[tuple[str, int]]:
+        """(arm id, seed) of the cells handed out that have not ended (cells ended before a resume are not
+        handed out again)."""
+        return [(arm_id, seed) for arm_id, seed in self._cells.values() if seed not in self.ledger.ends(arm_id)]
 
     def control_failed(self) -> bool:
         """True when every control seed failed: no arm can be compared, so none is suggested."""

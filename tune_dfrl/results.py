@@ -137,7 +137,7 @@ class ResultsLog(Callback):
                 "label": arm["label"],
                 "seed": seed,
                 "step": int((trial.last_result or {}).get("step", 0)),
-                "failures": int(trial.num_failures),
+                "failures": int(info.get("attempts", trial.num_failures)),
                 "error": error.splitlines()[-1] if error else "",
                 "attempt": self.attempt,
             },

@@ -179,6 +179,12 @@ class PairedScheduler(TrialScheduler):
     def on_trial_error(self, tune_controller: TuneController, trial: Trial) -> None:
         if trial.status == Trial.ERROR and trial.should_recover():
             return  # Tune requeues it for a retry (on a final failure the trial is still RUNNING or PENDING here)
+        self.leave_out(trial, tune_controller)
+
+    def leave_out(self, trial: Trial, tune_controller: TuneController | None = None) -> None:
+        """The trial's cell failed for good: its seed is left out of the arm's decisions. Without a controller
+        (a failure Tune told no one of, `tune_dfrl.trial_watch`) the trials of an arm this stops are stopped
+        by `choose_trial_to_run`."""
         self._apply(tune_controller, self.book.fail(*_cell(trial)), trial)
         self._persist()
 
@@ -191,11 +197,13 @@ class PairedScheduler(TrialScheduler):
     def choose_trial_to_run(self, tune_controller: TuneController) -> Trial | None:
         """Resume a waiting trial whose rung is now decided (oldest first), else the oldest pending trial.
 
-        A trial that finished pausing after its arm was stopped is stopped here.
+        A trial that finished pausing after its arm was stopped, or a pending one of a stopped arm, is stopped here.
         """
         trials = tune_controller.get_trials()
         for trial in trials:
-            if trial.status == Trial.PAUSED and self._next(trial) == STOP:
+            if (trial.status == Trial.PAUSED and self._next(trial) == STOP) or (
+                trial.status == Trial.PENDING and self.book.stopped(_cell(trial)[0]) is not None
+            ):
                 tune_controller.stop_trial(trial)
         for trial in trials:
             if trial.status == Trial.PAUSED and self._next(trial) == CONTINUE:
@@ -222,12 +230,12 @@ class PairedScheduler(TrialScheduler):
     def _next(self, trial: Trial) -> str:
         return self.book.action(_cell(trial)[0], self._reached.get(trial.trial_id, 0))
 
-    def _apply(self, tune_controller: TuneController, made: list[ArmDecision], current: Trial) -> None:
+    def _apply(self, tune_controller: TuneController | None, made: list[ArmDecision], current: Trial) -> None:
         """Report new decisions; stop every waiting or not-yet-started trial of a stopped arm."""
         for decided in made:
             if self._on_decision is not None:
                 self._on_decision(decided)
-            if decided.decision.keep:
+            if decided.decision.keep or tune_controller is None:
                 continue
             for trial in tune_controller.get_trials():
                 if (

@@ -68,12 +68,18 @@ def _interrupt(signum: int, frame: Any) -> None:
         raise Interrupted(signum)
 
 
+def raise_if_signalled() -> None:
+    """Raise `Interrupted` once a signal was received (called where the driver's Python runs: Tune's step, and the
+    searcher while Tune waits on it)."""
+    if _Signals.received is not None:
+        raise Interrupted(_Signals.received)
+
+
 class RaiseOnSignal(Callback):
     """Raises `Interrupted` at the beginning of Tune's next step (every 0.1 s or so) once a signal was received."""
 
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
-        if _Signals.received is not None:
-            raise Interrupted(_Signals.received)
+        raise_if_signalled()
 
 
 def handle_interrupts() -> dict[int, Any]:
@@ -129,9 +135,10 @@ def _run(plan: Plan) -> Summary:
     from tune_dfrl.pairing import INNER_METRIC, PairedRepeater
     from tune_dfrl.progress import Progress
     from tune_dfrl.results import ResultsLog
-    from tune_dfrl.scheduler import make_scheduler
+    from tune_dfrl.scheduler import PairedScheduler, make_scheduler
     from tune_dfrl.tracking import SearchTracker
     from tune_dfrl.trial import CellJob, run_cell, trial_dirname
+    from tune_dfrl.trial_watch import TrialWatch
 
     with backend_errors(plan.backend_name, "size a trial"):
         resources = plan.backend.resources()
@@ -234,12 +241,16 @@ def _run(plan: Plan) -> Summary:
         f"writing {out}/results.jsonl",
         "the search goes on (each cell keeps its milestones); it ends without a report",
     )
-    callbacks = [
-        RaiseOnSignal(),
-        results_log,
-        tracker,
-        Guarded(progress, "the progress line", "no more progress lines"),
-    ]
+    shown_progress = Guarded(progress, "the progress line", "no more progress lines")
+    watch = TrialWatch(
+        searcher,
+        scheduler.leave_out if isinstance(scheduler, PairedScheduler) else lambda trial: None,
+        notify=[results_log, tracker, shown_progress],
+        max_retries=plan.max_retries,
+        on_wait=raise_if_signalled,
+    )
+    searcher.while_waiting = watch.while_waiting
+    callbacks = [RaiseOnSignal(), watch, results_log, tracker, shown_progress]
     if plan.control_cache is not None:
         cache = ControlCache(
             plan.control_cache, plan.backend_name, plan.make_arm.recipe_hash, plan.control.arm_id, plan.milestones
@@ -277,7 +288,7 @@ def _run(plan: Plan) -> Summary:
                 num_samples=-1,  # the searcher ends it
                 metric=plan.metric,
                 mode="max",
-                reuse_actors=True,
+                reuse_actors=plan.backend.reuses_trial_actors,
                 trial_dirname_creator=trial_dirname,
             ),
             run_config=tune.RunConfig(

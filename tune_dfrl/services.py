@@ -106,6 +106,9 @@ def _location(module: str) -> str:
     return list(spec.submodule_search_locations)[0]
 
 
+TRIAL_THREAD_END_S = 30
+
+
 def connect_ray(address: str | None, num_cpus: int | None) -> None:
     """Start a private local cluster (address None), or attach to a running one and ship the project to it
     (`ray.init` uploads the package, so its staging copy is removed right after)."""
@@ -113,6 +116,9 @@ def connect_ray(address: str | None, num_cpus: int | None) -> None:
 
     common: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
     if address is None:
+        # A reused trial actor first waits this long for its previous trial's thread to end (Tune's default, 2 s,
+        # refuses the reuse on a loaded machine); the workers of the private cluster inherit it.
+        os.environ.setdefault("TUNE_FUNCTION_THREAD_TIMEOUT_S", str(TRIAL_THREAD_END_S))
         ray.init(
             address="local", num_cpus=num_cpus, include_dashboard=False, object_store_memory=100 * 1024**2, **common
         )

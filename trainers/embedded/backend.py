@@ -34,6 +34,7 @@ class EmbeddedBackend:
 
     name = "embedded"
     binary_rewards = True  # exact-match verifiers
+    reuses_trial_actors = True  # a stopped or paused trial's thread ends at its next report: the actor is free at once
 
     def __init__(self, recipe: Mapping[str, Any] | None = None):
         self.config = EmbeddedRecipe.from_dict(dict(recipe or {}))
