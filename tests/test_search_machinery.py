@@ -112,7 +112,10 @@ def test_mlflow_holds_parents_children_and_summary_metrics(searched: Path) -> No
     assert finished.data.tags["verdict"] in ("better", "worse", "equivalent", "inconclusive")
     stopped = [p for p in parents.values() if p.data.tags["arm_label"] == "maxvar(f=0.25)"][0]
     assert stopped.data.tags["stopped_at_step"] == "10" and stopped.data.tags["verdict"] == "stopped"
-    assert "paired_delta_db" not in stopped.data.metrics  # not analysed: it never ran its full budget
+    assert stopped.data.tags["status"] == "stopped at step 10"  # not analysed; its figures at the rung that stopped it
+    assert [m.step for m in client.get_metric_history(stopped.info.run_id, "paired_delta_db")] == [10]
+    control = [p for p in parents.values() if p.data.tags["is_control"] == "true"][0]
+    assert control.data.tags["status"] == "control" and "mean_db" in control.data.metrics
     search_run = [r for r in runs if role(r) == "search"][0]
     artifacts = {a.path for a in client.list_artifacts(search_run.info.run_id)}
     assert {"benchmarks.json", "report"} <= artifacts

@@ -19,7 +19,7 @@ from tune_dfrl.results import read_records
 from tune_dfrl.schema import Recommendation, Summary, default_aggregations
 from tune_dfrl.search_plan import Plan
 from tune_dfrl.seed_batches import HISTORY_FILE
-from tune_dfrl.tracking import ui_command
+from tune_dfrl.tracking import browse_lines
 
 MIN_PAIRED_SEEDS = 2  # a paired interval needs 2 seeds shared with the control
 
@@ -106,7 +106,7 @@ def _report(plan: Plan, tracker: Any, scheduler: Any) -> Summary:
     print_summary(summary)
     print(f"report:  {paths.get('markdown', plan.out / 'report')}")
     print(f"summary: {plan.out / 'summary.json'}")
-    print(f"browse:  {ui_command(plan.tracking_uri)}")
+    print(*browse_lines(plan.tracking_uri, tracker.inner.experiment_id), sep="\n")
     return summary
 
 
@@ -159,7 +159,9 @@ def _control_only(plan: Plan, tracker: Any, control: str, stop_notes: dict[str, 
     (plan.out / "summary.json").write_text(summary.to_json())
     tracker.call("close", "FINISHED")
     print(f"recommended: {control} — {reason}")
-    print(f"summary: {plan.out / 'summary.json'}\nbrowse:  {ui_command(plan.tracking_uri)}")
+    print(
+        f"summary: {plan.out / 'summary.json'}", *browse_lines(plan.tracking_uri, tracker.inner.experiment_id), sep="\n"
+    )
     return summary
 
 

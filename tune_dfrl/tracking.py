@@ -6,15 +6,23 @@
         └── seed run        tune_dfrl.role=seed, arm_id, arm_label, seed; metrics at step = training step
 
 Logging happens in the driver (works when workers cannot reach the tracking server), one
-`log_batch` per reported milestone. After the search, every arm run carries `paired_delta_<agg>`,
-`ci_low_<agg>`, `ci_high_<agg>` and a `verdict` tag so the MLflow table sorts arms by lower bound.
-A resumed search (`resume=True`) reopens its experiment and runs (found by their tags) and logs
-only the milestones its seed runs do not hold yet.
+`log_batch` per reported milestone. After the search every arm run carries a `status` and a `verdict`
+tag and its final figures (`SearchTracker.finish`). A resumed search (`resume=True`) reopens its
+experiment and runs (found by their tags) and logs only the milestones its seed runs do not hold yet.
+
+The experiment also holds a saved view of the UI's runs table, `ARMS_VIEW` (`arms_view`): the arm runs
+only, with the columns compared first. MLflow 3.17.2's UI stores its saved views as experiment tags
+`mlflow.sharedViewState.<id>` and opens one at `#/experiments/<id>/runs?viewStateShareKey=<id>`.
+Whether an experiment opens on the GenAI "Overview" or on the runs table is no property of the
+experiment in that version: the UI's workflow switch decides, kept in the browser (local storage,
+default GenAI) and overridden by the URL parameter `workflowType=machine_learning`, which `runs_url`
+sets; the tag `mlflow.experimentKind` is not read for it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -28,11 +36,14 @@ from ray.tune import Callback
 from tune_dfrl.backend import BenchmarkInfo
 from tune_dfrl.ledger import PairedLedger
 from tune_dfrl.scheduler import ArmDecision
-from tune_dfrl.schema import RESULT_PREFIXES, Summary
+from tune_dfrl.schema import RESULT_PREFIXES, SCORE, Summary
 
 ROLE = "tune_dfrl.role"
 MAX_PARAM_CHARS = 6000
 MAX_RUNS = 50000  # runs of one experiment read back on resume
+UI_HOST, UI_PORT = "127.0.0.1", 5000  # where the printed `mlflow ui` command serves a local store
+ARMS_VIEW = "tune_dfrl.arms"  # id of the saved runs-table view of the arm runs
+SAVED_VIEW_TAG = "mlflow.sharedViewState."  # MLflow 3.17.2's UI: experiment tag prefix of a saved view
 
 
 def default_tracking_uri(out_dir: Path) -> str:
@@ -40,15 +51,80 @@ def default_tracking_uri(out_dir: Path) -> str:
     return f"sqlite:///{out_dir / 'mlflow.db'}"
 
 
-def ui_command(tracking_uri: str) -> str:
-    """The command that opens this store in the MLflow UI."""
-    if tracking_uri.startswith(("http://", "https://")):
-        return f"open {tracking_uri}"
-    return f"mlflow ui --backend-store-uri {tracking_uri}"
+def _is_server(tracking_uri: str) -> bool:
+    return tracking_uri.startswith(("http://", "https://"))
+
+
+def ui_command(tracking_uri: str) -> str | None:
+    """The command that serves a local store in the MLflow UI at http://127.0.0.1:5000 (None: an http store is
+    served already)."""
+    if _is_server(tracking_uri):
+        return None
+    return f"mlflow ui --backend-store-uri {tracking_uri} --host {UI_HOST} --port {UI_PORT}"
+
+
+def runs_url(tracking_uri: str, experiment_id: str) -> str:
+    """The experiment's runs table opened on the arms view, in the UI's "Model training" workflow: on the server
+    of an http store, else where `ui_command` serves it."""
+    base = tracking_uri.rstrip("/") if _is_server(tracking_uri) else f"http://{UI_HOST}:{UI_PORT}"
+    return f"{base}/#/experiments/{experiment_id}/runs?viewStateShareKey={ARMS_VIEW}&workflowType=machine_learning"
+
+
+def browse_lines(tracking_uri: str, experiment_id: str) -> list[str]:
+    """What a search prints last: the command serving its store (none for an http store) and the runs table URL."""
+    command, url = ui_command(tracking_uri), runs_url(tracking_uri, experiment_id)
+    return [f"browse:  {command}", f"         then open {url}"] if command else [f"browse:  {url}"]
+
+
+def arms_view(primary: str) -> dict[str, Any]:
+    """The runs-table state of the arms view: the arm runs only, the control first, then the arms in the order the
+    search tried them; after the run name (widened for the arm labels) and creation time, which the UI pins on the
+    left, the columns verdict, paired Δ [interval] at level as text, status, seeds, then as numbers (to sort and
+    chart) the paired Δ, its interval and level, and the mean on `primary`."""
+    columns = {
+        "tags.`verdict`": 90,
+        f"tags.`paired_{primary}`": 200,
+        "tags.`status`": 140,
+        "metrics.`seeds`": 65,
+        f"metrics.`paired_delta_{primary}`": 110,
+        f"metrics.`ci_low_{primary}`": 95,
+        f"metrics.`ci_high_{primary}`": 95,
+        f"metrics.`ci_level_{primary}`": 95,
+        f"metrics.`mean_{primary}`": 95,
+    }
+    pinned = {"attributes.`Run Name`": 285, "runDateAndNestInfo": 125}  # the UI's ids of these two columns
+    return {
+        "searchFilter": f"tags.`{ROLE}` = 'arm'",
+        "orderByKey": "attributes.start_time",
+        "orderByAsc": True,
+        "selectedColumns": list(columns),
+        "columnOrder": list(pinned) + list(columns),
+        "columnWidths": pinned | columns,
+    }
+
+
+def _saved_view(name: str, state: Mapping[str, Any]) -> str:
+    """A saved view as MLflow 3.17.2's UI stores it in an experiment tag."""
+    now = int(time.time() * 1000)
+    return json.dumps({"name": name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)})
 
 
 def _params(values: Mapping[str, Any], prefix: str = "") -> list[Param]:
     return [Param(f"{prefix}{k}", json.dumps(v) if not isinstance(v, str) else v) for k, v in sorted(values.items())]
+
+
+def _metrics(values: Mapping[str, float | None], timestamp: int, step: int) -> list[Metric]:
+    """Metrics at `step`, leaving out the undefined (None, NaN) and the unbounded."""
+    return [Metric(k, float(v), timestamp, step) for k, v in values.items() if v is not None and math.isfinite(v)]
+
+
+def _paired_text(delta: float, low: float | None, high: float | None, level: float) -> str:
+    """ "Δ [low, high] at level" in points to 2 decimals; an unbounded or undefined end as ∞."""
+
+    def end(value: float | None, unbounded: str) -> str:
+        return f"{value:+.2f}" if value is not None and math.isfinite(value) else unbounded
+
+    return f"{delta:+.2f} [{end(low, '-∞')}, {end(high, '+∞')}] at {level:.2%}"
 
 
 class SearchTracker(Callback):
@@ -89,7 +165,12 @@ class SearchTracker(Callback):
             else self.client.create_experiment(
                 experiment,
                 artifact_location=artifact_location,
-                tags={"mlflow.experimentKind": "custom_model_development", "space": space, "control_id": control_id},
+                tags={
+                    "mlflow.experimentKind": "custom_model_development",
+                    "space": space,
+                    "control_id": control_id,
+                    SAVED_VIEW_TAG + ARMS_VIEW: _saved_view("arms vs control", arms_view(metric.removeprefix(SCORE))),
+                },
             )
         )
         run = self.client.create_run(
@@ -217,36 +298,86 @@ class SearchTracker(Callback):
     # -- after the search -------------------------------------------------------------------------
 
     def finish(self, summary: Summary, arm_ids: Mapping[str, str], primary: str, report_dir: Path) -> None:
-        """Summary metrics and verdict on every arm run; the report on the search run; close all runs.
-
-        `arm_ids` maps the report's arm names to arm ids; `primary` is the aggregation whose verdict
-        becomes the `verdict` tag.
-        """
-        now = int(time.time() * 1000)
-        for name, by_agg in summary.arms.items():
-            run_id = self.arm_runs.get(arm_ids.get(name, ""))
-            if run_id is None:
-                continue
-            metrics, tags = [], []
-            for agg, figures in by_agg.items():
-                for key, stat in (
-                    ("paired_delta", "delta"),
-                    ("ci_low", "ci_low"),
-                    ("ci_high", "ci_high"),
-                    ("mean", "mean"),
-                    ("p_holm", "p_holm"),
-                ):
-                    if getattr(figures, stat) is not None:
-                        metrics.append(Metric(f"{key}_{agg}", float(getattr(figures, stat)), now, 0))
-                tags.append(RunTag(f"verdict_{agg}", figures.verdict))
-            if primary in by_agg:
-                tags.append(RunTag("verdict", by_agg[primary].verdict))
-            self.client.log_batch(run_id, metrics=metrics, tags=tags)
+        """Final figures and the `status` and `verdict` tags on every arm run (`_final`); the report on the search
+        run; close all runs. `summary` is the analysis of the arms that ran their full budget; `arm_ids` maps its arm
+        names to arm ids; `primary` is the aggregation whose verdict becomes the `verdict` tag."""
+        names = {arm_id: name for name, arm_id in arm_ids.items()}
+        for arm_id, run_id in self.arm_runs.items():
+            metrics, tags = self._final(summary, arm_id, names.get(arm_id), primary)
+            self.client.log_batch(
+                run_id, metrics=metrics, tags=[RunTag(k, v[:MAX_PARAM_CHARS]) for k, v in tags.items()]
+            )
         self.client.log_artifacts(self.search_run_id, str(report_dir), "report")
         self.client.set_tag(
             self.search_run_id, "recommendation", json.dumps(asdict(summary.recommendation))[:MAX_PARAM_CHARS]
         )
         self.close("FINISHED")
+
+    def _final(
+        self, summary: Summary, arm_id: str, name: str | None, primary: str
+    ) -> tuple[list[Metric], dict[str, str]]:
+        """An arm run's final figures (metrics at the step they were measured) and its `status` and `verdict`:
+
+        - control: `mean_<agg>` over all its seeds per aggregation, `seeds`;
+        - analysed (ran its full budget): per aggregation `paired_delta_<agg>`, `ci_low_<agg>`, `ci_high_<agg>` (the
+          Holm-adjusted interval), `ci_level_<agg>` (its level), `mean_<agg>`, `p_holm_<agg>`, tag `verdict_<agg>`;
+          `seeds` (paired with the control); the tag `paired_<primary>` writes Δ [low, high] at level as text;
+        - stopped by the scheduler: on the search metric at its last milestone (the rung that stopped it), the paired
+          Δ against the control with its unadjusted (1 - alpha) interval and level (also as the text tag), its mean,
+          `seeds`;
+        - excluded from the analysis, failed at every seed it ran, or without a milestone: tags only.
+        """
+        now, step = int(time.time() * 1000), summary.arm_steps.get(name or "", 0)
+        if arm_id == self.control_id:
+            metrics = {f"mean_{agg}": mean for agg, mean in summary.control_mean.items()}
+            metrics["seeds"] = len(summary.arm_seeds.get(name or "", []))
+            tags = {"status": "control", "verdict": "control", f"paired_{primary}": "Δ ≡ 0 (the reference)"}
+            return _metrics(metrics, now, step), tags
+        if name is not None and name in summary.arms:
+            failed_seeds = f", failed at seeds {summary.failed[name]}" if summary.failed.get(name) else ""
+            by_agg, metrics, tags = summary.arms[name], {}, {"status": f"analysed at step {step}{failed_seeds}"}
+            for agg, f in by_agg.items():
+                figures = (f.delta, f.ci_low, f.ci_high, f.level, f.mean, f.p_holm)
+                keys = ("paired_delta", "ci_low", "ci_high", "ci_level", "mean", "p_holm")
+                metrics.update({f"{key}_{agg}": value for key, value in zip(keys, figures)})
+                tags[f"verdict_{agg}"] = f.verdict
+            if primary in by_agg:
+                f = by_agg[primary]
+                metrics["seeds"], tags["verdict"] = f.n, f.verdict
+                tags[f"paired_{primary}"] = _paired_text(f.delta, f.ci_low, f.ci_high, f.level)
+            return _metrics(metrics, now, step), tags
+        if name is not None and name in summary.excluded:
+            return [], {"status": f"excluded: {summary.excluded[name]}", "verdict": "excluded"}
+        started = {seed for arm, seed in self.seed_runs if arm == arm_id}
+        failed = set(summary.failed.get(name or "", []))
+        if failed and started <= failed:
+            return [], {"status": f"failed at seeds {sorted(failed)}", "verdict": "failed"}
+        if arm_id in self._stopped or (name is not None and name in summary.stopped):
+            return self._stopped_figures(arm_id, started, 1.0 - float(summary.alpha), now)
+        return [], {"status": "not analysed: it did not reach the full budget", "verdict": "not analysed"}
+
+    def _stopped_figures(
+        self, arm_id: str, seeds: set[int], confidence: float, now: int
+    ) -> tuple[list[Metric], dict[str, str]]:
+        """A stopped arm's figures on the search metric at the last milestone its `seeds` reached (see `_final`)."""
+        step = max((self.ledger.reached(arm_id, seed) for seed in seeds), default=0)
+        agg = self.metric.removeprefix(SCORE)
+        scores = self.ledger.scores(arm_id, step)
+        e = self.ledger.estimate(arm_id, step, confidence)
+        metrics = {
+            f"paired_delta_{agg}": e.mean,
+            f"ci_low_{agg}": e.low,
+            f"ci_high_{agg}": e.high,
+            f"ci_level_{agg}": confidence,
+            f"mean_{agg}": sum(scores.values()) / len(scores) if scores else math.nan,
+            "seeds": len(e.seeds),
+        }
+        tags = {
+            "status": f"stopped at step {step}",
+            "verdict": "stopped",
+            f"paired_{agg}": _paired_text(e.mean, e.low, e.high, confidence),
+        }
+        return _metrics(metrics, now, step), tags
 
     def close(self, status: str) -> None:
         """End every run still open: seed runs (normally ended with their trials), arm runs, the search run."""
