@@ -61,13 +61,15 @@ def cli(monkeypatch, capsys, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray_tmp"))
+    started: list[tuple] = []  # (other tests of the session may have started Ray in this process already)
+    monkeypatch.setattr(ray, "init", lambda *args, **kwargs: started.append((args, kwargs)))
 
     def run(*args: str) -> subprocess.CompletedProcess:
         monkeypatch.setattr(sys, "argv", ["tune_dfrl.search", *args])
         with pytest.raises(SystemExit) as exited:
             search_cli.main()
         captured = capsys.readouterr()
-        assert not ray.is_initialized() and not (tmp_path / "ray_tmp").exists()
+        assert started == [] and not (tmp_path / "ray_tmp").exists()
         return subprocess.CompletedProcess(args, exited.value.code, captured.out, captured.err)
 
     return run
