@@ -250,6 +250,11 @@ def _cell(trial: Trial) -> tuple[str, int]:
     return trial.config["arm"]["arm_id"], int(trial.config["seed"])
 
 
+def asha_grace_step(settings: SchedulerSettings, milestones: Sequence[int]) -> int:
+    """Ray's plain ASHA (`asha`) decides from the first milestone at or after `grace_fraction` of the last."""
+    return min(step for step in milestones if step >= settings.grace_fraction * max(milestones))
+
+
 def make_scheduler(
     settings: SchedulerSettings,
     *,
@@ -266,6 +271,6 @@ def make_scheduler(
         rule = RungRule.of(settings)
         return PairedScheduler(RungBook(rule, rule.rungs(milestones), control, seeds), metric, on_decision, state_path)
     if settings.name == "asha":
-        first = min(step for step in milestones if step >= settings.grace_fraction * max(milestones))
+        first = asha_grace_step(settings, milestones)
         return ASHAScheduler(time_attr="step", max_t=max(milestones), grace_period=first, reduction_factor=settings.eta)
     return FIFOScheduler()

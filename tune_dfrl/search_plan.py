@@ -329,6 +329,7 @@ def dry_run_lines(plan: Plan) -> list[str]:
     """The plan as a dry run prints it: arms, seeds, cells, steps, rungs, each trial's resources, and the first
     trial's command line (a backend with `trial_command`, e.g. verl; the embedded backend trains in the trial)."""
     from tune_dfrl.rungs import RungRule
+    from tune_dfrl.scheduler import asha_grace_step
     from tune_dfrl.settings import PAIRED_SCHEDULERS
 
     seeds = (
@@ -340,7 +341,7 @@ def dry_run_lines(plan: Plan) -> list[str]:
     rungs = (
         f"rungs at steps {list(RungRule.of(scheduler).rungs(plan.milestones))}"
         if scheduler.name in PAIRED_SCHEDULERS
-        else f"Ray's ASHA from step {min(s for s in plan.milestones if s >= scheduler.grace_fraction * max(plan.milestones))}"
+        else f"Ray's ASHA from step {asha_grace_step(scheduler, plan.milestones)}"
         if scheduler.name == "asha"
         else "no rungs (every trial runs to the end)"
     )
