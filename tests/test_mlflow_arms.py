@@ -1,18 +1,13 @@
 """The MLflow side of a search's end, without Ray: what the search prints to browse its store, the saved arms view,
-and every arm's parent run (control, analysed, stopped, failed) carrying its final figures and status.
-
-A synthetic search folder is written by the search's own callbacks (`ResultsLog`, `SearchTracker` on a real sqlite
-store) from the trial events a search would deliver; `search_finish.finish` then reports it as a search does.
+and every arm's parent run (control, analysed, stopped, failed) carrying its status, step series and final figures,
+read back with `MlflowClient` (the API the UI reads). The search is `search_folder.build_search`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
 import json
 import urllib.request
-from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,108 +15,20 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Run
-from search_helpers import BENCHMARKS
+from search_folder import BETTER, CLOSE, CONTROL, ERROR, FAILED, SEEDS, STEPS, STOPPED, build_search, score
 
-from tune_dfrl.guarded import Guarded
-from tune_dfrl.results import ResultsLog
-from tune_dfrl.rungs import RungDecision
-from tune_dfrl.scheduler import ArmDecision
-from tune_dfrl.search_finish import finish
+from tune_dfrl.results import RECORD_FILES
 from tune_dfrl.stats import paired_interval
-from tune_dfrl.tracking import ARMS_VIEW, SAVED_VIEW_TAG, SearchTracker, browse_lines, runs_url, ui_command
+from tune_dfrl.tracking import ARMS_VIEW, RECORD, SAVED_VIEW_TAG, browse_lines, runs_url, ui_command
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "mlflow_screenshot.py"
-STEPS, SEEDS, METRIC = (10, 20, 30), (0, 1, 2, 3), "score/db"
-CONTROL = {"arm_id": "c0", "label": "baseline", "method": "baseline", "params": {}}
-BETTER = {"arm_id": "a1", "label": "topk(f=0.9)", "method": "topk", "params": {"f": 0.9}}
-CLOSE = {"arm_id": "a2", "label": "topk(f=0.6)", "method": "topk", "params": {"f": 0.6}}
-STOPPED = {"arm_id": "a3", "label": "topk(f=0.1)", "method": "topk", "params": {"f": 0.1}}
-FAILED = {"arm_id": "a4", "label": "maxvar(f=0.5)", "method": "maxvar", "params": {"f": 0.5}}
-EFFECT = {"c0": 0.0, "a1": 6.0, "a2": 0.5, "a3": -5.0, "a4": 0.0}
-
-
-def score(arm: dict, seed: int, step: int) -> float:
-    """A per-seed offset shared by all arms, the arm's effect growing with the step, and a little noise."""
-    noise = float(np.random.default_rng([seed, step, int(arm["arm_id"][1:])]).standard_normal())
-    return 40.0 + 5.0 * seed + EFFECT[arm["arm_id"]] * step / STEPS[-1] + 0.3 * noise
-
-
-def result(arm: dict, seed: int, step: int) -> dict:
-    s = score(arm, seed, step)
-    return {
-        "step": step,
-        "final": step == STEPS[-1],
-        "threads": 1,
-        **{f"acc/{b.name}": s for b in BENCHMARKS},
-        **{f"score/{agg}": s for agg in ("db", "macro", "item")},
-    }
 
 
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
-    """The folder, store and printed lines of a search whose arms end every way an arm can: the control and two
-    arms at the full budget, one stopped at rung 20, one failed at every seed after step 10."""
-    out = tmp_path_factory.mktemp("arms") / "out"
-    out.mkdir()
-    (out / "benchmarks.json").write_text(json.dumps([asdict(b) for b in BENCHMARKS]))
-    uri = f"sqlite:///{out / 'mlflow.db'}"
-    tracker = SearchTracker(
-        uri, "tune_dfrl/arms", (out / "mlartifacts").as_uri(), "topk_keep", "c0", METRIC, {"arms": 4}, BENCHMARKS
-    )
-    log = ResultsLog(out / "results.jsonl", out / "failures.jsonl", METRIC)
-    callbacks = [log, tracker]
-    for arm in (CONTROL, BETTER, CLOSE, STOPPED, FAILED):
-        last = {"a3": 20, "a4": 10}.get(arm["arm_id"], STEPS[-1])
-        for seed in SEEDS:
-            trial = SimpleNamespace(
-                config={"arm": arm, "seed": seed}, last_result=None, error_file=None, num_failures=2
-            )
-            tracker.on_trial_start(0, [], trial)
-            for step in (s for s in STEPS if s <= last):
-                trial.last_result = result(arm, seed, step)
-                for callback in callbacks:
-                    callback.on_trial_result(0, [], trial, trial.last_result)
-            for callback in callbacks:
-                if arm is FAILED:
-                    callback.on_trial_error(0, [], trial)
-                else:
-                    callback.on_trial_complete(0, [], trial)
-        if arm is STOPPED:
-            tracker.note_decision(
-                ArmDecision("a3", 20, SEEDS, RungDecision(False, "80% interval below the leader", "a1"))
-            )
-    plan = SimpleNamespace(
-        out=out,
-        milestones=STEPS,
-        seeds=list(SEEDS),
-        control=SimpleNamespace(arm_id="c0"),
-        report=SimpleNamespace(delta=1.0, alpha=0.05, seed=0, flip_k=2),
-        aggregate="db",
-        tracking_uri=uri,
-    )
-    printed, logging = io.StringIO(), Guarded(tracker, "MLflow logging", "the test fails")
-    with contextlib.redirect_stdout(printed):
-        summary = finish(
-            plan,
-            logging,
-            None,  # no scheduler state: the stopped arm's note comes without its rung
-            Guarded(log, "results.jsonl", "the test fails"),
-            SimpleNamespace(control_failed=lambda: False),
-        )
-    assert logging.error is None
-    client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name("tune_dfrl/arms")
-    runs = client.search_runs([experiment.experiment_id], max_results=100)
-    parents = {r.data.tags["arm_id"]: r for r in runs if r.data.tags["tune_dfrl.role"] == "arm"}
-    return SimpleNamespace(
-        out=out,
-        uri=uri,
-        client=client,
-        experiment=experiment,
-        parents=parents,
-        summary=summary,
-        printed=printed.getvalue(),
-    )
+    """The folder, store and printed lines of the test search (`search_folder`): control, two analysed arms, one
+    stopped at rung 20, one failed at every seed."""
+    return build_search(tmp_path_factory.mktemp("arms") / "out")
 
 
 def test_the_runs_url_names_the_experiment_and_the_runs_page_in_the_model_training_workflow() -> None:
@@ -205,7 +112,58 @@ def test_every_arm_run_carries_its_final_figures_and_status(searched: SimpleName
 
     failed = parents["a4"].data
     assert (failed.tags["status"], failed.tags["verdict"]) == ("failed at seeds [0, 1, 2, 3]", "failed")
-    assert "paired_delta_db" not in failed.metrics
+    assert failed.tags["reason"] == ERROR and "paired_delta_db" not in failed.metrics
+
+
+def paired(arm: dict, step: int) -> tuple[float, float, float]:
+    """Mean paired Δ against the control at `step` over every seed, and its 95% t-interval, from the scores."""
+    deltas = np.array([score(arm, s, step) - score(CONTROL, s, step) for s in SEEDS])
+    low, high = paired_interval(deltas.mean(), deltas.std(ddof=1), deltas.size, 0.95)
+    return float(deltas.mean()), float(low), float(high)
+
+
+def test_arm_runs_carry_step_series_over_the_milestones_each_reached(searched: SimpleNamespace) -> None:
+    client, parents = searched.client, searched.parents
+    control = client.get_metric_history(parents["c0"].info.run_id, "curve/mean_db")
+    assert [m.step for m in control] == list(STEPS)
+    assert [m.value for m in control] == pytest.approx([np.mean([score(CONTROL, s, t) for s in SEEDS]) for t in STEPS])
+    assert not client.get_metric_history(parents["c0"].info.run_id, "curve/delta_db")
+    for arm, reached in ((BETTER, STEPS), (CLOSE, STEPS), (STOPPED, (10, 20))):
+        run_id = parents[arm["arm_id"]].info.run_id
+        series = {key: client.get_metric_history(run_id, f"curve/{key}_db") for key in ("delta", "ci_low", "ci_high")}
+        for key, history in series.items():
+            assert [m.step for m in history] == list(reached), (arm, key)
+        expected = [paired(arm, step) for step in reached]
+        got = [tuple(series[k][i].value for k in ("delta", "ci_low", "ci_high")) for i in range(len(reached))]
+        assert np.array(got) == pytest.approx(np.array(expected))
+        means = client.get_metric_history(run_id, "curve/mean_db")
+        assert [m.value for m in means] == pytest.approx([np.mean([score(arm, s, t) for s in SEEDS]) for t in reached])
+    stopped = parents["a3"]
+    assert steps(client, stopped, "curve/delta_db")[-1] == int(stopped.data.tags["stopped_at_step"]) == 20
+    assert not client.get_metric_history(parents["a4"].info.run_id, "curve/mean_db")  # failed cells: dropped
+
+
+def test_numeric_hyperparameters_are_numbers_in_the_arm_runs(searched: SimpleNamespace) -> None:
+    for arm in (BETTER, CLOSE, STOPPED, FAILED):
+        data = searched.parents[arm["arm_id"]].data
+        assert float(data.params["param.f"]) == data.metrics["param.f"] == arm["params"]["f"]
+        assert data.params["method"] == arm["method"]
+    assert not [k for k in searched.parents["c0"].data.metrics if k.startswith("param.")]  # the control has none
+
+
+def test_the_search_run_carries_its_record_report_and_verdict_table(searched: SimpleNamespace, tmp_path: Path) -> None:
+    client = searched.client
+    search = next(
+        r for r in client.search_runs([searched.experiment.experiment_id]) if r.data.tags["tune_dfrl.role"] == "search"
+    )
+    record = {Path(a.path).name for a in client.list_artifacts(search.info.run_id, RECORD)}
+    assert record == {name for name in RECORD_FILES if (searched.out / name).exists()} >= {"search.json", "stops.jsonl"}
+    assert "report/report.html" in {a.path for a in client.list_artifacts(search.info.run_id, "report")}
+    table = json.loads(Path(client.download_artifacts(search.info.run_id, "verdicts.json", str(tmp_path))).read_text())
+    rows = dict(zip([row[0] for row in table["data"]], [dict(zip(table["columns"], row)) for row in table["data"]]))
+    for arm, status in searched.summary.statuses.items():
+        assert (rows[arm]["text"], rows[arm]["verdict"]) == (status.text, status.verdict)
+    assert json.loads(search.data.tags["recommendation"])["recommended"] == searched.summary.recommendation.recommended
 
 
 def test_the_screenshot_tool_serves_the_store_with_the_arms_view_and_stops_its_server(

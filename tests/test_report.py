@@ -500,8 +500,8 @@ def test_experiment_source_logs_the_report_to_the_search_run(tmp_path):
                 store.client.log_metric(run, f"acc/{name}", 40.0 + gain + seed * (1 + 0.1 * i), step=50)
     cfg = report_config(["experiment=search-y", f"mlflow.tracking_uri={store.uri}", f"out={tmp_path / 'out'}"])
     _main(cfg)
-    logged = {a.path for a in store.client.list_artifacts(store.search_run, "report")}
-    assert logged == {"report/summary.json", "report/report.md", "report/report.html", "report/forest.png"}
+    logged = {a.path for a in store.client.list_artifacts(store.search_run, "rerender")}
+    assert logged == {"rerender/summary.json", "rerender/report.md", "rerender/report.html", "rerender/forest.png"}
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["control"] == "baseline" and summary["arms"]["band"]["db"]["delta"] == pytest.approx(2.0)
     assert summary["arm_info"]["band"]["arm_id"] == "a1"

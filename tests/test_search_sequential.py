@@ -21,6 +21,7 @@ import optuna
 import pytest
 from mlflow import MlflowClient
 from reliability_helpers import TINY, records, resume_search, search_command, short_tmp, start, stop, wait_for
+from search_folder import answer
 from search_helpers import search_cfg
 
 from tune_dfrl.search import OPTUNA_STUDY, plan_search, run_search
@@ -103,6 +104,10 @@ def test_report_and_mlflow_show_the_looks(searched: Path, tmp_path: Path) -> Non
     )
     assert again.returncode == 0 and "## Sequential seeds" in (tmp_path / "report.md").read_text()  # re-rendered too
     summary = json.loads((searched / "summary.json").read_text())
+    assert answer(json.loads((tmp_path / "summary.json").read_text())) == answer(summary)  # the search's answer
+    assert summary["rule"] == "sequential"
+    history = json.loads((searched / "sequential.json").read_text())
+    assert summary["recommendation"]["recommended"] == history["labels"].get(history["recommended"], summary["control"])
     assert summary["sequential"]["looks"] == json.loads((searched / "sequential.json").read_text())["looks"]
     client = MlflowClient(f"sqlite:///{searched / 'mlflow.db'}")
     runs = client.search_runs(

@@ -121,12 +121,55 @@ def verdict_table(summary: Summary, name: str, compact: bool = False) -> Table:
     return Table(short if compact else full, rows, caption=f"aggregation `{name}`")
 
 
+def status_table(summary: Summary) -> Table:
+    """Every arm of a search: how it ended (`ArmStatus`) and its answer under the search's rule."""
+    rows = []
+    for arm, s in summary.statuses.items():
+        figures = (
+            f"{_num(s.delta)} {_interval(s.ci_low, s.ci_high, UNBOUNDED)} ({s.level:.2%})"
+            if s.delta is not None and s.level is not None
+            else ""
+        )
+        rows.append(
+            [
+                arm + (" (control)" if s.status == "control" else ""),
+                s.text,
+                s.verdict,
+                figures,
+                _num(s.mean, ".2f"),
+                str(len(s.seeds)) if s.seeds else "",
+                s.reason,
+            ]
+        )
+    rule = {"fixed": "Holm-adjusted fixed-sample analysis", "sequential": "the sequential looks"}[summary.rule]
+    return Table(
+        ["arm", "status", "verdict", f"Δ and interval (level) on {summary.primary}", "mean", "seeds", "why"],
+        rows,
+        caption=f"every arm the search tried; verdicts by {rule}",
+    )
+
+
+def _family(summary: Summary) -> str:
+    """The Holm family in words, naming its arms when the search's statuses are known."""
+    named = [arm for arm, s in summary.statuses.items() if s.status != "control"]
+    return f"{summary.holm_family} arm(s)" + (f": {', '.join(named)}" if named else "")
+
+
 def _verdict_notes(summary: Summary) -> list[str]:
     """What the verdict tables' columns are, and what the BCa intervals are worth at these seed counts."""
     alpha, family = summary.alpha, summary.holm_family
     coverage = ", ".join(f"{share:.0%} at {seeds} seeds" for seeds, share in summary.bca_coverage_95.items())
-    return [
-        f"Holm family: {family} arm(s) (every arm of the search, excluded or stopped ones included). `seeds`: the "
+    descriptive = (
+        [
+            "Descriptive only: these fixed-sample p-values and intervals treat each arm's seeds as if their number "
+            "had been fixed in advance; under seeds=auto the number of seeds depended on the data (optional "
+            "stopping), so the answer is the sequential looks' (section Arms, section Sequential seeds)."
+        ]
+        if summary.rule == "sequential"
+        else []
+    )
+    return descriptive + [
+        f"Holm family: {_family(summary)} (every arm of the search, excluded, stopped or failed ones included). `seeds`: the "
         "seeds an arm's mean and Δ both use (those it shares with the control; listed when fewer than the control's); "
         "the control row's mean uses all its seeds, and `control_mean` in summary.json is its mean on each arm's seeds.",
         f"`MDE` and seeds to detect: 80% power of the two-sided paired t-test at α/m = {alpha / family:.4g} (Holm's "
@@ -203,22 +246,33 @@ def sections(summary: Summary, table: ScoreTable, figures: dict[str, Path]) -> l
     """The report document, top to bottom."""
     rec = summary.recommendation
     source = ", ".join(f"{k}={v}" for k, v in summary.source.items() if v)
+    by = " by the sequential looks" if summary.rule == "sequential" else ""
     head = Section(
         "Recommendation",
-        [
-            f"**Recommended: `{rec.recommended}`** ({'the control' if rec.is_control else 'credible winner'}) — {rec.reason}.",
+        ([f"**{summary.rerender}.**"] if summary.rerender else [])
+        + [
+            f"**Recommended{by}: `{rec.recommended}`** ({'the control' if rec.is_control else 'credible winner'}) — "
+            f"{rec.reason}.",
             _point_best(rec, summary.control),
             f"Control `{summary.control}`; seeds {', '.join(map(str, summary.seeds))}; aggregations "
             f"{', '.join(summary.aggregations)} (primary `{summary.primary}`); equivalence margin "
             f"±{summary.equivalence_margin:g} points; α = {summary.alpha}.",
-            f"Decision rule: {summary.decision_rule}",
+            (
+                "Decision rule (the search's, seeds=auto): the group-sequential looks (section Sequential seeds); "
+                f"the fixed-sample rule of the verdict tables is descriptive: {summary.decision_rule}"
+                if summary.rule == "sequential"
+                else f"Decision rule: {summary.decision_rule}"
+            ),
             f"Source: {source}.",
         ],
     )
     alpha = summary.alpha
+    arms = [Section("Arms", tables=[status_table(summary)])] if summary.statuses else []
+    title = "Verdicts (descriptive fixed-sample analysis)" if summary.rule == "sequential" else "Verdicts"
     out = [
         head,
-        Section("Verdicts", _verdict_notes(summary), tables=[verdict_table(summary, n) for n in summary.aggregations]),
+        *arms,
+        Section(title, _verdict_notes(summary), tables=[verdict_table(summary, n) for n in summary.aggregations]),
         Section(
             "Forest plot",
             [
@@ -460,12 +514,22 @@ def write_report(summary: Summary, table: ScoreTable, out_dir: Path) -> dict[str
 
 
 def print_summary(summary: Summary, console: Console | None = None) -> None:
-    """Console summary: verdicts on the primary aggregation, recommendation, rank agreement, ranges."""
+    """Console summary: every arm's status and answer (a search), verdicts on the primary aggregation (descriptive
+    under the sequential rule), rank agreement, ranges, the recommendation."""
     console = console or Console(width=None if sys.stdout.isatty() else 150)
-    for table in [verdict_table(summary, summary.primary, compact=True), *_rank_tables(summary)]:
+    tables = [status_table(summary)] if summary.statuses else []
+    if summary.arms:
+        compact = verdict_table(summary, summary.primary, compact=True)
+        if summary.rule == "sequential":
+            compact.caption += " — descriptive fixed-sample analysis"
+        tables += [compact, *_rank_tables(summary)]
+    if summary.rerender:
+        console.print(f"[bold]{escape(summary.rerender)}[/bold]")
+    for table in tables:
         rich = RichTable(*table.columns, title=table.caption.replace("`", ""))
         for row in table.rows:
             rich.add_row(*(escape(cell) for cell in row))
         console.print(rich)
     rec = summary.recommendation
-    console.print(f"[bold]recommended:[/bold] {escape(rec.recommended)} — {escape(rec.reason)}")
+    by = " (sequential looks)" if summary.rule == "sequential" else ""
+    console.print(f"[bold]recommended{by}:[/bold] {escape(rec.recommended)} — {escape(rec.reason)}")

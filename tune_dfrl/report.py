@@ -20,20 +20,29 @@ of an arm without a control run are ignored and listed in `notes`.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from tune_dfrl.ledger import PairedLedger
 from tune_dfrl.render import print_summary, write_report
-from tune_dfrl.schema import Summary, aggregate, aggregation_list, check_aggregations, default_aggregations, members
-from tune_dfrl.scores import BenchmarkSet, Runs, ScoreTable, load_csv, load_mlflow, load_results
-from tune_dfrl.seed_batches import HISTORY_FILE
+from tune_dfrl.schema import (
+    SCORE,
+    ArmStatus,
+    Recommendation,
+    SeriesPoint,
+    Summary,
+    aggregate,
+    aggregation_list,
+    check_aggregations,
+    default_aggregations,
+    members,
+)
+from tune_dfrl.scores import BenchmarkSet, Runs, ScoreTable, load_csv, load_results
 from tune_dfrl.stats import (
     BCA_COVERAGE_95,
     paired_verdicts,
@@ -44,9 +53,15 @@ from tune_dfrl.stats import (
     winner_flip_rate,
 )
 
-__all__ = ["analyze", "write_report", "print_summary", "log_report", "default_control"]
+if TYPE_CHECKING:
+    from tune_dfrl.results import SearchRecord
+
+__all__ = ["analyze", "analyze_search", "write_report", "print_summary", "log_report", "default_control"]
 
 CONTROL_METHODS = ("baseline", "static")
+MIN_PAIRED_SEEDS = 2  # a paired interval needs 2 seeds shared with the control
+SEARCH_OPTIONS = ("aggregations", "delta", "alpha", "seed", "flip_k")  # what a re-render of a search may change
+RERENDER = "rerender"  # default folder of a re-render (in OUT, or here for experiment=), and its MLflow artifacts
 DECISION_RULE = (
     "better/worse: the Holm-adjusted paired t-interval (ci_low, ci_high) lies above/below 0, equivalently "
     "p_holm < alpha; equivalent: TOST, the (1 - 2 alpha) paired t-interval (eq_low, eq_high) lies inside "
@@ -176,17 +191,23 @@ def _robustness(
     return out
 
 
-def _curves(table: ScoreTable, name: str, control: str, arms: list[str], alpha: float) -> dict[str, list[dict]]:
-    """Paired delta vs step (primary aggregation) with its (1 - alpha) interval (`PairedLedger.estimate`), at the
-    steps with >= 2 paired seeds."""
-    if not table.has_steps or table.frame["step"].nunique() < 2:
-        return {}
+def _ledger(table: ScoreTable, name: str, control: str) -> PairedLedger:
+    """Scores of aggregation `name` at every milestone of `table`, paired against `control` (undefined ones left out)."""
     runs = table.runs()
     ledger = PairedLedger(control)
     scores = aggregate(runs.accuracy, name, table.bench, runs.length_chars)
     for (arm, seed, step), score in zip(runs.keys.itertuples(index=False), scores):
         if np.isfinite(score):  # undefined (e.g. efficiency without characters): no point
             ledger.record(arm, seed, step, score)
+    return ledger
+
+
+def _curves(table: ScoreTable, name: str, control: str, arms: list[str], alpha: float) -> dict[str, list[dict]]:
+    """Paired delta vs step (primary aggregation) with its (1 - alpha) interval (`PairedLedger.estimate`), at the
+    steps with >= 2 paired seeds."""
+    if not table.has_steps or table.frame["step"].nunique() < 2:
+        return {}
+    ledger = _ledger(table, name, control)
     curves: dict[str, list[dict]] = {}
     for arm in arms:
         for step in sorted(table.frame["step"].unique()):
@@ -354,21 +375,296 @@ def analyze(
     return Summary.from_dict(summary)
 
 
+class NothingToCompare(ValueError):
+    """A search with nothing to compare (`what`, and `why` when known): its control has no milestone left, or no arm
+    that ran its full budget shares 2 finished seeds with it."""
+
+    def __init__(self, what: str, why: str | None = None) -> None:
+        super().__init__(what + (f" ({why})" if why else ""))
+        self.what, self.why = what, why
+
+
+def search_options(record: SearchRecord, table: ScoreTable) -> dict[str, Any]:
+    """The report options a search ran with: its metric first among the default aggregations, its report settings."""
+    own = record.plan["metric"].removeprefix(SCORE)
+    report = record.plan["report"]
+    defaults = default_aggregations(table.bench, table.has_lengths)
+    return {
+        "aggregations": [own] + [a for a in defaults if a != own],
+        **{k: report[k] for k in ("delta", "alpha", "seed", "flip_k")},
+    }
+
+
+def analyze_search(table: ScoreTable, record: SearchRecord, **options: Any) -> Summary:
+    """The one analysis of a search: its milestones (`table`, from results.jsonl or MLflow) and its record.
+
+    Every arm the search tried gets an `ArmStatus`: the control; analysed (ran the full budget on >= 2 seeds shared
+    with the control); excluded (fewer); stopped at a rung (figures at the rung: paired Δ over the seeds both
+    reached, unadjusted (1 - alpha) interval); failed (every seed it ran failed after its last retry; its
+    milestones are dropped, like those of every failed cell). The Holm family m is every searched arm, whatever its
+    status. The rule is the search's: fixed seeds -> the Holm-adjusted fixed-sample analysis decides; seeds=auto ->
+    the group-sequential looks decide (valid under optional stopping) and the fixed-sample figures are descriptive.
+    `options` (aggregations, delta, alpha, seed, flip_k; None: the search's) other than the search's make a
+    re-render, named in `rerender`; with none, the analysis is the search's own, number for number.
+    """
+    own = search_options(record, table)
+    given = {k: (aggregation_list(v) if k == "aggregations" else v) for k, v in options.items() if v is not None}
+    opts = {**own, **given}
+    other = {k: v for k, v in given.items() if v != own[k]}
+    final = max(record.plan["milestones"])
+    control_id = record.plan["control"]["arm_id"]
+    table, failed, errors = _without_failed_cells(table, record.failures, final)
+    names = {info["arm_id"]: arm for arm, info in table.arm_info.items() if info.get("arm_id")}
+    for r in record.failures:  # an arm that failed before its first milestone is in the failures only
+        names.setdefault(r["arm_id"], r["label"])
+    present = set(table.frame["arm"])
+    control = names.get(control_id)
+    if control not in present:
+        raise NothingToCompare("the control has no milestone left to compare with")
+    primary, alpha = opts["aggregations"][0], opts["alpha"]
+    ledger = _ledger(table, primary, control)
+    steps = table.frame.groupby("arm")["step"].agg(set)
+    reached = steps.map(max)
+    stops: dict[str, dict] = {}
+    for r in record.stops:
+        stops.setdefault(r["arm_id"], r)
+    searched = [arm for arm_id, arm in names.items() if arm_id != control_id]
+    complete = [arm for arm in searched if arm in present and reached[arm] >= final]
+    statuses, stop_notes = {control: _control_status(ledger, control, control_id, final)}, {}
+    for arm_id, arm in names.items():
+        if arm == control:
+            continue
+        if arm not in present:
+            statuses[arm] = ArmStatus(
+                "failed",
+                f"failed at seeds {failed[arm]}",
+                "failed",
+                arm_id,
+                failed_seeds=failed[arm],
+                reason=errors[arm],
+            )
+        elif arm not in complete:
+            step = int(reached[arm])
+            why = stops[arm_id]["reason"] if arm_id in stops else "stopped before its last milestone"
+            stop_notes[arm] = f"arm {arm!r} was stopped at step {step} ({why}); not analysed"
+            statuses[arm] = _stopped_status(ledger, arm, arm_id, step, 1 - alpha, why, failed.get(arm, []))
+    family = len(searched)
+    if complete:
+        summary = _fixed_analysis(table, control, complete, opts, family, failed)
+    else:
+        summary = Summary(control, sorted(ledger.scores(control, final)), primary, _keep_control(control, primary))
+    for arm in complete:
+        statuses[arm] = _analysed_status(summary, arm, names, final, failed.get(arm, []))
+    rule = "sequential" if record.sequential else "fixed"
+    recommendation = summary.recommendation
+    if record.sequential:
+        statuses, recommendation = _sequential_answer(record.looks, statuses, summary, names, primary)
+    return replace(
+        summary,
+        recommendation=recommendation,
+        stopped=stop_notes,
+        failed=failed,
+        notes=list(stop_notes.values()) + summary.notes,
+        holm_family=family,
+        alpha=alpha,
+        equivalence_margin=opts["delta"],
+        sequential=record.looks,
+        rule=rule,
+        statuses=statuses,
+        verdicts={arm: s.verdict for arm, s in statuses.items() if arm != control},
+        series={
+            arm: _series(ledger, arm, sorted(steps[arm]), arm == control, 1 - alpha)
+            for arm in statuses
+            if arm in present
+        },
+        rerender=(
+            "re-rendered with options other than the search's: "
+            + ", ".join(f"{k}={v} (the search: {own[k]})" for k, v in other.items())
+            + "; these verdicts are not the search's"
+            if other
+            else ""
+        ),
+    )
+
+
+def _fixed_analysis(
+    table: ScoreTable, control: str, complete: list[str], opts: dict[str, Any], family: int, failed: dict
+) -> Summary:
+    """`analyze` of the arms that ran their full budget, in the Holm family of the whole search."""
+    seeds = table.frame.groupby("arm")["seed"].agg(set)
+    if not any(len(seeds[arm] & seeds[control]) >= MIN_PAIRED_SEEDS for arm in complete):
+        why = f"the control failed at seeds {failed[control]}" if control in failed else "too few seeds finished"
+        raise NothingToCompare(f"no arm shares {MIN_PAIRED_SEEDS} finished seeds with the control", why)
+    kept = replace(table, frame=table.frame[table.frame["arm"].isin([control, *complete])])
+    o = opts
+    return analyze(kept, control, o["aggregations"], o["delta"], o["alpha"], o["seed"], o["flip_k"], family)
+
+
+def _keep_control(control: str, primary: str) -> Recommendation:
+    reason = "every searched arm was stopped by the scheduler at a rung or failed; keep the control"
+    return Recommendation(control, True, reason, primary)
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
+def _control_status(ledger: PairedLedger, control: str, control_id: str, final: int) -> ArmStatus:
+    scores = ledger.scores(control, final)
+    mean = float(np.mean(list(scores.values()))) if scores else None
+    return ArmStatus("control", "control", "control", control_id, final, sorted(scores), mean, 0.0)
+
+
+def _stopped_status(
+    ledger: PairedLedger, arm: str, arm_id: str, step: int, confidence: float, why: str, failed: list[int]
+) -> ArmStatus:
+    """A stopped arm at its last milestone: paired Δ over the seeds it shares there with the control, unadjusted."""
+    e = ledger.estimate(arm, step, confidence)
+    scores = ledger.scores(arm, step)
+    return ArmStatus(
+        "stopped",
+        f"stopped at step {step}",
+        "stopped",
+        arm_id,
+        step,
+        list(e.seeds),
+        float(np.mean(list(scores.values()))),
+        _finite(e.mean),
+        _finite(e.low),
+        _finite(e.high),
+        confidence,
+        why,
+        failed,
+    )
+
+
+def _analysed_status(summary: Summary, arm: str, names: dict[str, str], final: int, failed: list[int]) -> ArmStatus:
+    arm_id = next(i for i, name in names.items() if name == arm)
+    if arm in summary.excluded:
+        return ArmStatus("excluded", f"excluded: {summary.excluded[arm]}", "excluded", arm_id, final)
+    s = summary.arms[arm][summary.primary]
+    text = f"analysed at step {final}" + (f", failed at seeds {failed}" if failed else "")
+    return ArmStatus(
+        "analysed", text, s.verdict, arm_id, final, s.seeds, s.mean, s.delta, s.ci_low, s.ci_high, s.level, "", failed
+    )
+
+
+def _sequential_answer(
+    history: dict | None, statuses: dict[str, ArmStatus], summary: Summary, names: dict[str, str], primary: str
+) -> tuple[dict[str, ArmStatus], Recommendation]:
+    """seeds=auto: each analysed arm's verdict and interval from its last look (the repeated confidence interval at
+    the common level α/K of that look), and the looks' recommendation."""
+    looks = (history or {}).get("looks", [])
+    if not looks:
+        return statuses, _keep_control(summary.control, primary)
+    last, out = looks[-1], dict(statuses)
+    for arm_id, arm in names.items():
+        status = statuses.get(arm)
+        if status is None or status.status != "analysed":
+            continue
+        state = last["states"].get(arm_id)
+        if state is None:
+            why = last["out"].get(arm_id, "not looked at")
+            out[arm] = replace(status, verdict="out", reason=why, delta=None, ci_low=None, ci_high=None, level=None)
+            continue
+        seeds = last["handed"].get(arm_id, status.seeds)[: state["seeds"]]
+        level = 1 - looks[state["look"] - 1]["level"]
+        out[arm] = replace(
+            status,
+            verdict=state["status"],
+            seeds=list(seeds),
+            delta=state["mean"],
+            ci_low=state["low"],
+            ci_high=state["high"],
+            level=level,
+            reason=f"look {state['look']} at {state['seeds']} seeds",
+        )
+    chosen = names.get(history["recommended"], summary.control)
+    pending = "" if history["finished"] else " (the looks have not ended)"
+    if chosen == summary.control:
+        reason = f"no arm was settled better by the sequential looks{pending}; keep the control"
+        return out, Recommendation(chosen, True, reason, primary, point_best=summary.recommendation.point_best)
+    s = out[chosen]
+    reason = (
+        f"settled better by the sequential looks ({s.reason}{pending}): Δ {s.delta:+.2f}, repeated "
+        f"{s.level:.2%} interval [{s.ci_low:+.2f}, {s.ci_high:+.2f}], the highest lower bound at the common level"
+    )
+    return out, Recommendation(
+        chosen,
+        False,
+        reason,
+        primary,
+        s.delta,
+        s.ci_low,
+        s.ci_low,
+        s.level,
+        summary.recommendation.point_best,
+    )
+
+
+def _series(ledger: PairedLedger, arm: str, steps: list[int], is_control: bool, confidence: float) -> list[SeriesPoint]:
+    """The arm at each milestone it reached (`steps`): mean over its seeds there; paired Δ and its interval at
+    `confidence` (>= 2 paired seeds)."""
+    points = []
+    for step in steps:
+        scores = ledger.scores(arm, step)
+        e = None if is_control else ledger.estimate(arm, step, confidence)
+        paired = e is not None and len(e.seeds) >= MIN_PAIRED_SEEDS
+        points.append(
+            SeriesPoint(
+                step,
+                float(np.mean(list(scores.values()))),
+                len(scores),
+                *((_finite(e.mean), _finite(e.low), _finite(e.high)) if paired else ()),
+            )
+        )
+    return points
+
+
+def _without_failed_cells(
+    table: ScoreTable, failures: list[dict[str, Any]], final: int
+) -> tuple[ScoreTable, dict[str, list[int]], dict[str, str]]:
+    """Drop the milestones of (arm, seed) cells that failed after their last retry (and did not finish later, on a
+    `retry_failed` resume), with a note naming each; each arm is then compared on the seeds it shares with the
+    control. Returns (table, {arm: failed seeds}, {arm: its last failure's error})."""
+    names = {info.get("arm_id"): name for name, info in table.arm_info.items()}
+    for r in failures:
+        names.setdefault(r["arm_id"], r["label"])
+    finished = set(map(tuple, table.frame.loc[table.frame["step"] >= final, ["arm", "seed"]].to_numpy()))
+    failures = [r for r in failures if (names[r["arm_id"]], r["seed"]) not in finished]
+    cells = {(names[r["arm_id"]], r["seed"]) for r in failures}
+    notes = tuple(
+        f"arm {names[r['arm_id']]!r}: seed {r['seed']} failed after {r['failures']} attempt(s), at step {r['step']} "
+        f"({r['error'] or 'no error message'}); it is missing from the analysis"
+        for r in failures
+    )
+    keep = ~pd.MultiIndex.from_frame(table.frame[["arm", "seed"]]).isin(cells)
+    failed: dict[str, list[int]] = {}
+    for arm, seed in sorted(cells):
+        failed.setdefault(arm, []).append(seed)
+    errors = {names[r["arm_id"]]: r["error"] or "no error message" for r in failures}
+    return replace(table, frame=table.frame[keep], notes=table.notes + notes), failed, errors
+
+
 def log_report(paths: dict[str, Path], run_id: str, tracking_uri: str | None = None) -> None:
-    """Log the report files as artifacts (folder `report`) of an MLflow run, e.g. the search-level run."""
+    """Log a re-rendered report's files as artifacts (folder `rerender`) of an MLflow run, e.g. the search-level run
+    (the search's own report stays in `report`)."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
     for path in paths.values():
-        client.log_artifact(run_id, str(path), artifact_path="report")
+        client.log_artifact(run_id, str(path), artifact_path=RERENDER)
 
 
-def _load(cfg: Any) -> ScoreTable:
-    """The score table a report config points at: runs= (CSV or search directory) or experiment=.
+def _load(cfg: Any) -> tuple[ScoreTable, SearchRecord | None]:
+    """The score table a report config points at: runs= (CSV or search directory) or experiment=, and the search's
+    record when the source is a search (search.json in the directory, `record/` on the MLflow search run).
 
     Checked first, before reading anything: `aggregations` must be a list (`aggregations=db` reaches
     the config as the string 'db', which the CLI would split into letters).
     """
+    from tune_dfrl.results import SearchRecord
+
     if isinstance(cfg.aggregations, str):
         raise ValueError(
             f"aggregations={cfg.aggregations} is one string, not a list; write aggregations=[{cfg.aggregations}] "
@@ -378,39 +674,54 @@ def _load(cfg: Any) -> ScoreTable:
     if bool(cfg.runs) == bool(cfg.experiment):
         raise ValueError("give exactly one source: runs=PATH (a CSV or a search output directory) or experiment=NAME")
     if cfg.experiment:
-        return load_mlflow(cfg.experiment, cfg.mlflow.tracking_uri, bench)
+        from tune_dfrl.tracking import load_search
+
+        return load_search(cfg.experiment, cfg.mlflow.tracking_uri, bench)
     path = Path(cfg.runs)
     if path.is_dir() or path.suffix == ".jsonl":
         if cfg.filter:
             raise ValueError("filter.* applies to CSV run tables only")
-        return load_results(path, bench)
+        return load_results(path, bench), SearchRecord.read(path if path.is_dir() else path.parent)
     if not path.exists():
         raise FileNotFoundError(f"runs={path}: no such file")
-    return load_csv(path, bench, dict(cfg.filter), cfg.arm_column)
+    return load_csv(path, bench, dict(cfg.filter), cfg.arm_column), None
 
 
-def _main(cfg: Any) -> None:
-    table = _load(cfg)
-    summary = analyze(
-        table,
-        cfg.control or default_control(table),
-        list(cfg.aggregations or []) or None,
-        cfg.delta,
-        cfg.alpha,
-        cfg.seed,
-        cfg.flip_k,
-    )
-    runs_dir = Path(cfg.runs) if cfg.runs and Path(cfg.runs).is_dir() else None
-    if runs_dir is not None and (runs_dir / HISTORY_FILE).exists():  # seeds=auto: the looks' section
-        summary = replace(summary, sequential=json.loads((runs_dir / HISTORY_FILE).read_text()))
-    out = Path(cfg.out) if cfg.out else (runs_dir / "report" if runs_dir else Path("report"))
-    paths = write_report(summary, table, out.absolute())
+def _main(cfg: Any, given: frozenset[str] = frozenset()) -> None:
+    """The report of `cfg`. A search (`_load`) is analysed by `analyze_search` with the options named on the command
+    line (`given`; the others are the search's), and written by default to OUT/rerender (runs=OUT) or ./rerender
+    (experiment=NAME), never over the search's own report unless out= says so."""
+    table, record = _load(cfg)
+    if record is not None:
+        options = {k: cfg[k] for k in SEARCH_OPTIONS if k in given}
+        summary = analyze_search(table, record, **options)
+        folder = Path(cfg.runs) if cfg.runs else Path(".")
+        default_out = (folder if folder.is_dir() else folder.parent) / RERENDER
+    else:
+        summary = analyze(
+            table,
+            cfg.control or default_control(table),
+            list(cfg.aggregations or []) or None,
+            cfg.delta,
+            cfg.alpha,
+            cfg.seed,
+            cfg.flip_k,
+        )
+        runs_dir = Path(cfg.runs) if cfg.runs and Path(cfg.runs).is_dir() else None
+        default_out = runs_dir / "report" if runs_dir else Path("report")
+    out = Path(cfg.out) if cfg.out else default_out
+    if summary.arms:
+        paths = write_report(summary, table, out.absolute())
+    else:  # every searched arm stopped or failed: nothing compared, the summary only
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {"summary": out.absolute() / "summary.json"}
+        paths["summary"].write_text(summary.to_json())
     print_summary(summary)
     for kind, path in paths.items():
         print(f"{kind:>8}: {path}")
     if table.origin.get("search_run_id") and cfg.mlflow.log_artifacts:
         log_report(paths, table.origin["search_run_id"], cfg.mlflow.tracking_uri)
-        print(f"logged to MLflow run {table.origin['search_run_id']}")
+        print(f"logged to MLflow run {table.origin['search_run_id']} ({RERENDER}/)")
 
 
 def cli() -> None:
@@ -423,13 +734,14 @@ def cli() -> None:
     from tune_dfrl.settings import ReportSettings, from_mapping, register_settings
 
     sys.argv = [("+" + a if a.startswith("filter.") else a) for a in sys.argv]
+    given = frozenset(a.split("=", 1)[0].lstrip("+~") for a in sys.argv[1:] if "=" in a)
     register_settings()
 
     @hydra.main(config_path="conf", config_name="report", version_base="1.3")
     def run(cfg: Any) -> None:
         try:
             from_mapping(ReportSettings, {f.name: cfg[f.name] for f in dataclasses.fields(ReportSettings)})
-            _main(cfg)
+            _main(cfg, given)
         except (ValueError, FileNotFoundError) as error:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(2)

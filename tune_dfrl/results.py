@@ -12,14 +12,25 @@ wrote the line (0, then 1 for the first `resume=true`, ...). Lines are appended 
 OUT/failures.jsonl: one line per (arm, seed) whose trial failed after its last retry:
     {"arm_id", "label", "seed", "step" (last milestone reached, 0 if none), "failures" (crashes, retries + 1),
      "error" (the last line of the last crash), "attempt"}
+
+OUT/stops.jsonl: one line per arm the paired scheduler stopped at a rung:
+    {"arm_id", "step" (the rung), "seeds" (the seeds decided on), "reason" (with the interval that stopped it),
+     "leader" (arm id of the rung leader), "attempt"}
+
+`SearchRecord` is what a search recorded besides its milestones, the input of the search's analysis
+(`tune_dfrl.report.analyze_search`) together with the score table: the plan (search.json), the failures,
+the stops and, with `seeds=auto`, the looks (sequential.json). The same files travel to MLflow
+(`tune_dfrl.tracking`), so a search analysed from its experiment gives the same answer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +38,37 @@ from ray.tune import Callback
 
 from tune_dfrl.ledger import PairedLedger
 from tune_dfrl.schema import RESULT_PREFIXES
+
+PLAN, FAILURES, STOPS, LOOKS = "search.json", "failures.jsonl", "stops.jsonl", "sequential.json"
+RECORD_FILES = (PLAN, FAILURES, STOPS, LOOKS)  # a search's record, besides results.jsonl and benchmarks.json
+
+
+@dataclass(frozen=True)
+class SearchRecord:
+    """What a search recorded besides its milestones (module docstring): plan, failures, stops, looks."""
+
+    plan: dict[str, Any]
+    failures: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    stops: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    looks: dict[str, Any] | None = None  # seeds=auto: the sequential history
+
+    @classmethod
+    def read(cls, folder: Path) -> SearchRecord | None:
+        """The record of the search in `folder` (None when it holds no search.json)."""
+        if not (folder / PLAN).exists():
+            return None
+        looks = folder / LOOKS
+        return cls(
+            json.loads((folder / PLAN).read_text()),
+            read_records(folder / FAILURES),
+            read_records(folder / STOPS),
+            json.loads(looks.read_text()) if looks.exists() else None,
+        )
+
+    @property
+    def sequential(self) -> bool:
+        """seeds=auto: the looks decide."""
+        return "sequential" in self.plan
 
 
 def milestone_record(arm: Mapping[str, Any], seed: int, result: Mapping[str, Any]) -> dict[str, Any]:
@@ -124,6 +166,21 @@ class ResultsLog(Callback):
         arm, seed = trial.config["arm"], int(trial.config["seed"])
         if self.ledger.record(arm["arm_id"], seed, int(result["step"]), result[self.metric]):
             append_record(self.path, {**milestone_record(arm, seed, result), "attempt": self.attempt})
+
+    def note_decision(self, decided: Any) -> None:
+        """A rung decision (`scheduler.ArmDecision`): a stop becomes a line of OUT/stops.jsonl."""
+        if not decided.decision.keep:
+            append_record(
+                self.path.with_name(STOPS),
+                {
+                    "arm_id": decided.arm,
+                    "step": int(decided.rung),
+                    "seeds": [int(s) for s in decided.seeds],
+                    "reason": decided.decision.reason,
+                    "leader": decided.decision.leader,
+                    "attempt": self.attempt,
+                },
+            )
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         arm, seed = trial.config["arm"], int(trial.config["seed"])

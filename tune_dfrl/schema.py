@@ -210,9 +210,48 @@ class CurvePoint:
 
 
 @dataclass(frozen=True)
+class ArmStatus:
+    """How one arm of a search ended, and its answer under the search's rule (`tune_dfrl.report.analyze_search`).
+
+    `status`: control | analysed | stopped | failed | excluded; `text` says it in words ("stopped at step 20");
+    `verdict`: the answer (fixed rule: better | worse | equivalent | inconclusive; sequential rule: the last look's
+    better | worse | futile | open, or out), else the status. Figures on the primary aggregation at `step`, over
+    `seeds`: the arm's mean and its paired Δ against the control with the interval at `level` that the answer
+    rests on (fixed: Holm-adjusted; sequential: the repeated confidence interval at the common level; stopped: the
+    unadjusted (1 - alpha) interval at the rung)."""
+
+    status: str
+    text: str
+    verdict: str
+    arm_id: str = ""
+    step: int | None = None
+    seeds: list[int] = field(default_factory=list)
+    mean: float | None = None
+    delta: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    level: float | None = None
+    reason: str = ""  # stopped: the rung decision; failed: the last error
+    failed_seeds: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SeriesPoint:
+    """An arm at one milestone step on the primary aggregation: its mean over the `n` seeds that reached the step,
+    and (searched arms, >= 2 paired seeds) the paired Δ with its unadjusted (1 - alpha) t-interval."""
+
+    step: int
+    mean: float
+    n: int
+    delta: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+@dataclass(frozen=True)
 class Summary:
     """What `summary.json` holds. A search whose every searched arm was stopped compares nothing: then only
-    control, seeds, primary, recommendation, stopped and notes are filled."""
+    control, seeds, primary, recommendation, rule, statuses, series, stopped, failed and notes are filled."""
 
     control: str
     seeds: list[int]
@@ -251,6 +290,10 @@ class Summary:
     benchmarks: dict[str, Any] = field(default_factory=dict)
     excluded: dict[str, str] = field(default_factory=dict)  # arm -> why it was not compared
     sequential: dict[str, Any] | None = None  # seeds=auto: OUT/sequential.json (the looks, `tune_dfrl.seed_batches`)
+    rule: str = ""  # a search's answer: "fixed" (Holm over the fixed-sample analysis) or "sequential" (the looks)
+    statuses: dict[str, ArmStatus] = field(default_factory=dict)  # every arm of a search, the control included
+    series: dict[str, list[SeriesPoint]] = field(default_factory=dict)  # arm -> its milestones (primary aggregation)
+    rerender: str = ""  # a re-render with options other than the search's: which (its verdicts are not the search's)
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(asdict(self))
@@ -280,6 +323,10 @@ class Summary:
                     },
                     "curves": {
                         arm: [CurvePoint(**p) for p in points] for arm, points in data.get("curves", {}).items()
+                    },
+                    "statuses": {arm: ArmStatus(**s) for arm, s in data.get("statuses", {}).items()},
+                    "series": {
+                        arm: [SeriesPoint(**p) for p in points] for arm, points in data.get("series", {}).items()
                     },
                 }
             )

@@ -190,6 +190,7 @@ def _run(plan: Plan) -> Summary:
 
     def on_decision(decided: Any) -> None:
         progress.note_decision(decided)
+        results_log.call("note_decision", decided)
         tracker.call("note_decision", decided)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -6,9 +6,12 @@
         └── seed run        tune_dfrl.role=seed, arm_id, arm_label, seed; metrics at step = training step
 
 Logging happens in the driver (works when workers cannot reach the tracking server), one
-`log_batch` per reported milestone. After the search every arm run carries a `status` and a `verdict`
-tag and its final figures (`SearchTracker.finish`). A resumed search (`resume=True`) reopens its
-experiment and runs (found by their tags) and logs only the milestones its seed runs do not hold yet.
+`log_batch` per reported milestone. After the search (`SearchTracker.finish`) every arm run carries the
+`status` and `verdict` of the search's analysis (`tune_dfrl.report.analyze_search`), its step series
+(`curve/...`, `series_metrics`) and final figures (`arm_metrics`, `arm_tags`); the search run carries the
+search's record under `record/`, which `load_search` reads back with the seed runs' milestones, so
+`python -m tune_dfrl.report experiment=NAME` gives the search's own answer. A resumed search (`resume=True`)
+reopens its experiment and runs (found by their tags) and logs only the milestones its seed runs do not hold yet.
 
 The experiment also holds a saved view of the UI's runs table, `ARMS_VIEW` (`arms_view`): the arm runs
 only, with the columns compared first. MLflow 3.17.2's UI stores its saved views as experiment tags
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -35,10 +39,15 @@ from ray.tune import Callback
 
 from tune_dfrl.backend import BenchmarkInfo
 from tune_dfrl.ledger import PairedLedger
+from tune_dfrl.results import RECORD_FILES, SearchRecord
 from tune_dfrl.scheduler import ArmDecision
 from tune_dfrl.schema import RESULT_PREFIXES, SCORE, Summary
+from tune_dfrl.scores import BenchmarkSet, ScoreTable, load_mlflow
 
 ROLE = "tune_dfrl.role"
+RECORD = "record"  # the search run's artifact folder holding the search's record (`results.RECORD_FILES`)
+CURVE = "curve/"  # prefix of an arm run's step series
+FIGURES = ("paired_delta", "ci_low", "ci_high", "ci_level", "mean")  # an arm's final figures, suffixed _<agg>
 MAX_PARAM_CHARS = 6000
 MAX_RUNS = 50000  # runs of one experiment read back on resume
 UI_HOST, UI_PORT = "127.0.0.1", 5000  # where the printed `mlflow ui` command serves a local store
@@ -150,7 +159,6 @@ class SearchTracker(Callback):
         self.seed_runs: dict[tuple[str, int], str] = {}  # (arm id, seed) -> run id
         self._open_seed_runs: set[str] = set()
         self.ledger = PairedLedger(control_id)  # the milestones logged, with their `metric`
-        self._stopped: set[str] = set()  # arm ids the scheduler stopped
         existing = self.client.get_experiment_by_name(experiment)
         if existing is not None and not resume:
             raise ValueError(
@@ -221,8 +229,15 @@ class SearchTracker(Callback):
                 "canonical": json.dumps({"method": arm["method"], "params": arm["params"]}, sort_keys=True),
             }
             run = self.client.create_run(self.experiment_id, run_name=arm["label"], tags=tags)
+            numeric = {
+                f"param.{k}": float(v)
+                for k, v in arm["params"].items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)
+            }
             self.client.log_batch(
-                run.info.run_id, params=_params({"method": arm["method"]}) + _params(arm["params"], "param.")
+                run.info.run_id,
+                metrics=_metrics(numeric, int(time.time() * 1000), 0),
+                params=_params({"method": arm["method"]}) + _params(arm["params"], "param."),
             )
             self.arm_runs[arm_id] = run.info.run_id
         return self.arm_runs[arm_id]
@@ -279,7 +294,6 @@ class SearchTracker(Callback):
         verdict = "keep" if decided.decision.keep else "stop"
         tags = [RunTag(f"rung{decided.rung}", f"{verdict}: {decided.decision.reason}"[:MAX_PARAM_CHARS])]
         if not decided.decision.keep:
-            self._stopped.add(decided.arm)
             tags += [RunTag("stopped_at_step", str(decided.rung)), RunTag("verdict", "stopped")]
         self.client.log_batch(run_id, tags=tags)
 
@@ -297,87 +311,35 @@ class SearchTracker(Callback):
 
     # -- after the search -------------------------------------------------------------------------
 
-    def finish(self, summary: Summary, arm_ids: Mapping[str, str], primary: str, report_dir: Path) -> None:
-        """Final figures and the `status` and `verdict` tags on every arm run (`_final`); the report on the search
-        run; close all runs. `summary` is the analysis of the arms that ran their full budget; `arm_ids` maps its arm
-        names to arm ids; `primary` is the aggregation whose verdict becomes the `verdict` tag."""
-        names = {arm_id: name for name, arm_id in arm_ids.items()}
+    def finish(self, summary: Summary, report_dir: Path | None, out: Path) -> None:
+        """Every arm run's step series, final figures and `status` / `verdict` tags (`arm_metrics`, `arm_tags`); on
+        the search run the record of `out` (`record/`, what `load_search` reads back), the report, the verdict table
+        and the recommendation; then close all runs."""
+        now = int(time.time() * 1000)
+        by_id = {status.arm_id: arm for arm, status in summary.statuses.items()}
         for arm_id, run_id in self.arm_runs.items():
-            metrics, tags = self._final(summary, arm_id, names.get(arm_id), primary)
+            if (arm := by_id.get(arm_id)) is None:
+                continue
+            tags = arm_tags(summary, arm)
             self.client.log_batch(
-                run_id, metrics=metrics, tags=[RunTag(k, v[:MAX_PARAM_CHARS]) for k, v in tags.items()]
+                run_id,
+                metrics=arm_metrics(summary, arm, now),
+                tags=[RunTag(k, v[:MAX_PARAM_CHARS]) for k, v in tags.items()],
             )
-        self.client.log_artifacts(self.search_run_id, str(report_dir), "report")
-        self.client.set_tag(
-            self.search_run_id, "recommendation", json.dumps(asdict(summary.recommendation))[:MAX_PARAM_CHARS]
+        for name in RECORD_FILES:
+            if (out / name).exists():
+                self.client.log_artifact(self.search_run_id, str(out / name), RECORD)
+        if report_dir is not None:
+            self.client.log_artifacts(self.search_run_id, str(report_dir), "report")
+        self.client.log_table(self.search_run_id, status_table(summary), "verdicts.json")
+        self.client.log_batch(
+            self.search_run_id,
+            tags=[
+                RunTag("recommendation", json.dumps(asdict(summary.recommendation))[:MAX_PARAM_CHARS]),
+                RunTag("rule", summary.rule),
+            ],
         )
         self.close("FINISHED")
-
-    def _final(
-        self, summary: Summary, arm_id: str, name: str | None, primary: str
-    ) -> tuple[list[Metric], dict[str, str]]:
-        """An arm run's final figures (metrics at the step they were measured) and its `status` and `verdict`:
-
-        - control: `mean_<agg>` over all its seeds per aggregation, `seeds`;
-        - analysed (ran its full budget): per aggregation `paired_delta_<agg>`, `ci_low_<agg>`, `ci_high_<agg>` (the
-          Holm-adjusted interval), `ci_level_<agg>` (its level), `mean_<agg>`, `p_holm_<agg>`, tag `verdict_<agg>`;
-          `seeds` (paired with the control); the tag `paired_<primary>` writes Δ [low, high] at level as text;
-        - stopped by the scheduler: on the search metric at its last milestone (the rung that stopped it), the paired
-          Δ against the control with its unadjusted (1 - alpha) interval and level (also as the text tag), its mean,
-          `seeds`;
-        - excluded from the analysis, failed at every seed it ran, or without a milestone: tags only.
-        """
-        now, step = int(time.time() * 1000), summary.arm_steps.get(name or "", 0)
-        if arm_id == self.control_id:
-            metrics = {f"mean_{agg}": mean for agg, mean in summary.control_mean.items()}
-            metrics["seeds"] = len(summary.arm_seeds.get(name or "", []))
-            tags = {"status": "control", "verdict": "control", f"paired_{primary}": "Δ ≡ 0 (the reference)"}
-            return _metrics(metrics, now, step), tags
-        if name is not None and name in summary.arms:
-            failed_seeds = f", failed at seeds {summary.failed[name]}" if summary.failed.get(name) else ""
-            by_agg, metrics, tags = summary.arms[name], {}, {"status": f"analysed at step {step}{failed_seeds}"}
-            for agg, f in by_agg.items():
-                figures = (f.delta, f.ci_low, f.ci_high, f.level, f.mean, f.p_holm)
-                keys = ("paired_delta", "ci_low", "ci_high", "ci_level", "mean", "p_holm")
-                metrics.update({f"{key}_{agg}": value for key, value in zip(keys, figures)})
-                tags[f"verdict_{agg}"] = f.verdict
-            if primary in by_agg:
-                f = by_agg[primary]
-                metrics["seeds"], tags["verdict"] = f.n, f.verdict
-                tags[f"paired_{primary}"] = _paired_text(f.delta, f.ci_low, f.ci_high, f.level)
-            return _metrics(metrics, now, step), tags
-        if name is not None and name in summary.excluded:
-            return [], {"status": f"excluded: {summary.excluded[name]}", "verdict": "excluded"}
-        started = {seed for arm, seed in self.seed_runs if arm == arm_id}
-        failed = set(summary.failed.get(name or "", []))
-        if failed and started <= failed:
-            return [], {"status": f"failed at seeds {sorted(failed)}", "verdict": "failed"}
-        if arm_id in self._stopped or (name is not None and name in summary.stopped):
-            return self._stopped_figures(arm_id, started, 1.0 - float(summary.alpha), now)
-        return [], {"status": "not analysed: it did not reach the full budget", "verdict": "not analysed"}
-
-    def _stopped_figures(
-        self, arm_id: str, seeds: set[int], confidence: float, now: int
-    ) -> tuple[list[Metric], dict[str, str]]:
-        """A stopped arm's figures on the search metric at the last milestone its `seeds` reached (see `_final`)."""
-        step = max((self.ledger.reached(arm_id, seed) for seed in seeds), default=0)
-        agg = self.metric.removeprefix(SCORE)
-        scores = self.ledger.scores(arm_id, step)
-        e = self.ledger.estimate(arm_id, step, confidence)
-        metrics = {
-            f"paired_delta_{agg}": e.mean,
-            f"ci_low_{agg}": e.low,
-            f"ci_high_{agg}": e.high,
-            f"ci_level_{agg}": confidence,
-            f"mean_{agg}": sum(scores.values()) / len(scores) if scores else math.nan,
-            "seeds": len(e.seeds),
-        }
-        tags = {
-            "status": f"stopped at step {step}",
-            "verdict": "stopped",
-            f"paired_{agg}": _paired_text(e.mean, e.low, e.high, confidence),
-        }
-        return _metrics(metrics, now, step), tags
 
     def close(self, status: str) -> None:
         """End every run still open: seed runs (normally ended with their trials), arm runs, the search run."""
@@ -386,3 +348,98 @@ class SearchTracker(Callback):
         for run_id in self.arm_runs.values():
             self.client.set_terminated(run_id, status)
         self.client.set_terminated(self.search_run_id, status)
+
+
+# -- the layout of an arm run after the search, and reading a search back ------------------------------------------
+
+
+def series_metrics(summary: Summary, arm: str, timestamp: int) -> list[Metric]:
+    """An arm's step series on the primary aggregation p: `curve/mean_<p>` (its mean over its seeds at each
+    milestone it reached) and, for searched arms, `curve/delta_<p>`, `curve/ci_low_<p>`, `curve/ci_high_<p>` (paired
+    Δ against the control and its unadjusted (1 - alpha) interval, where >= 2 seeds are paired)."""
+    p = summary.primary
+    return [
+        metric
+        for point in summary.series.get(arm, [])
+        for metric in _metrics(
+            {
+                f"{CURVE}mean_{p}": point.mean,
+                f"{CURVE}delta_{p}": point.delta,
+                f"{CURVE}ci_low_{p}": point.ci_low,
+                f"{CURVE}ci_high_{p}": point.ci_high,
+            },
+            timestamp,
+            point.step,
+        )
+    ]
+
+
+def arm_metrics(summary: Summary, arm: str, timestamp: int) -> list[Metric]:
+    """An arm run's step series (`series_metrics`) and its final figures at the step they were measured:
+
+    - every arm: from its `ArmStatus` on the primary aggregation p, `mean_<p>`, `seeds` and (searched arms with
+      figures) `paired_delta_<p>`, `ci_low_<p>`, `ci_high_<p>`, `ci_level_<p>`: the answer's interval (fixed rule:
+      Holm-adjusted; sequential rule: the looks' repeated interval; stopped: unadjusted at the rung);
+    - the control: `mean_<agg>` over all its seeds per aggregation;
+    - analysed arms under the fixed rule: the same figures per other aggregation, and `p_holm_<agg>`.
+    """
+    status, p = summary.statuses[arm], summary.primary
+    final: dict[str, float | None] = {}
+    if status.status == "control":
+        final.update({f"mean_{agg}": mean for agg, mean in summary.control_mean.items()})
+    if status.status == "analysed" and summary.rule == "fixed":
+        for agg, f in summary.arms[arm].items():
+            figures = (f.delta, f.ci_low, f.ci_high, f.level, f.mean, f.p_holm)
+            final.update({f"{key}_{agg}": v for key, v in zip(FIGURES + ("p_holm",), figures)})
+    if status.status != "control":
+        figures = (status.delta, status.ci_low, status.ci_high, status.level, status.mean)
+        final.update({f"{key}_{p}": v for key, v in zip(FIGURES, figures)})
+    final[f"mean_{p}"] = status.mean if status.status != "control" else final.get(f"mean_{p}", status.mean)
+    final["seeds"] = len(status.seeds) if status.seeds else None
+    return series_metrics(summary, arm, timestamp) + _metrics(final, timestamp, status.step or 0)
+
+
+def arm_tags(summary: Summary, arm: str) -> dict[str, str]:
+    """An arm run's tags after the search: `status` (its text), `verdict` (the answer under the search's `rule`),
+    `paired_<p>` (Δ [interval] at level as text), `reason` (a stop's rung decision, a failure's error, a look),
+    `verdict_<agg>` per aggregation of the fixed-sample analysis (descriptive under the sequential rule)."""
+    status, p = summary.statuses[arm], summary.primary
+    tags = {"status": status.text, "verdict": status.verdict, "rule": summary.rule}
+    if status.status == "control":
+        tags[f"paired_{p}"] = "Δ ≡ 0 (the reference)"
+    elif status.delta is not None and status.level is not None:
+        tags[f"paired_{p}"] = _paired_text(status.delta, status.ci_low, status.ci_high, status.level)
+    if status.reason:
+        tags["reason"] = status.reason
+    if status.status == "stopped":
+        tags["stopped_at_step"] = str(status.step)
+    prefix = "descriptive_verdict_" if summary.rule == "sequential" else "verdict_"
+    tags.update({f"{prefix}{agg}": f.verdict for agg, f in summary.arms.get(arm, {}).items()})
+    return tags
+
+
+def status_table(summary: Summary) -> dict[str, list[Any]]:
+    """Every arm's status and answer as the columns of an MLflow table artifact (`verdicts.json`)."""
+    rows = list(summary.statuses.items())
+    columns: dict[str, list[Any]] = {"arm": [arm for arm, _ in rows]}
+    for key in ("status", "text", "verdict", "step", "delta", "ci_low", "ci_high", "level", "mean", "reason"):
+        columns[key] = [getattr(s, key) for _, s in rows]
+    columns["seeds"] = [len(s.seeds) for _, s in rows]
+    return columns
+
+
+def load_search(
+    experiment: str, tracking_uri: str | None = None, bench: BenchmarkSet | None = None
+) -> tuple[ScoreTable, SearchRecord | None]:
+    """A search read back from its MLflow experiment: the score table of its seed runs (`load_mlflow`) and the
+    record its search run carries under `record/` (None for an experiment without one)."""
+    from mlflow.artifacts import download_artifacts
+
+    table = load_mlflow(experiment, tracking_uri, bench)
+    run_id = table.origin.get("search_run_id")
+    client = MlflowClient(tracking_uri=tracking_uri)
+    if not run_id or not client.list_artifacts(run_id, RECORD):
+        return table, None
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = download_artifacts(run_id=run_id, artifact_path=RECORD, dst_path=tmp, tracking_uri=tracking_uri)
+        return table, SearchRecord.read(Path(folder))
