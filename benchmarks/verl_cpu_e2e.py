@@ -8,9 +8,10 @@ keeps the first `VAL_ITEMS` validation rows of the first benchmark of each domai
     python -m tune_dfrl.search space=difffilter_band backend=verl backend.device=DEVICE ...
 
 (the control and `--arms` difffilter arms x `--seeds` seeds, a milestone every step, one trial at
-a time) and prints, from what the search wrote: seconds per verl step (verl's `timing_s/step`),
-trial start-up time (the launcher's `startup_s`: from starting verl to its first step, i.e.
-process start, private Ray, workers, model load) and the search's wall time.
+a time) and prints, from what the search wrote: trial start-up time (the launcher's `startup_s`: from
+starting verl to its first step, i.e. process start, private Ray, workers, model load), seconds of a
+start's first verl step and of later steps (verl's `timing_s/step`), the mean seconds of each start-up
+phase and of each process's imports (trainers/verl/timeline.py), and the search's wall time.
 Its standard output is one JSON line (progress and the search's own output go to standard error).
 `--device cuda` is the GPU smoke test (benchmarks/verl_gpu_smoke.sh): the same search with vLLM
 rollouts on one GPU.
@@ -26,9 +27,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from tune_dfrl.trainers.verl import timeline
 from tune_dfrl.trainers.verl.recipe import default_recipe, hydra_quote
 
 VAL_ITEMS = 8  # validation rows per benchmark
@@ -126,26 +129,35 @@ def search_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_AUTH_MODE": "disabled"}
 
 
-def timings(out: Path) -> dict[str, float]:
-    """Seconds per verl step (`timing_s/step` of every step) and trial start-up (each child start's
-    `startup_s` in the cell's verl_runs.jsonl, trainers/verl/backend.py), over all cells of the search."""
+def timings(out: Path) -> dict[str, Any]:
+    """Over all cells of the search: each start's start-up (`startup_s` in the cell's verl_runs.jsonl, from
+    starting verl to its first metrics record less that step's time, trainers/verl/backend.py), verl's
+    `timing_s/step` of a start's first step and of later steps, and the mean seconds of each start-up phase
+    and of each process's imports (verl_timeline.jsonl, trainers/verl/timeline.py)."""
     cells = sorted((out / "cells").glob("*/seed*/checkpoint"))
-    steps = [
-        r["data"]["timing_s/step"]
-        for cell in cells
-        for r in map(json.loads, (cell / "verl_metrics.jsonl").read_text().splitlines())
-        if "timing_s/step" in r["data"]
-    ]  # not a resumed start's validation before training
-    startup = [
-        r["startup_s"] for cell in cells for r in map(json.loads, (cell / "verl_runs.jsonl").read_text().splitlines())
-    ]
+    first, later, startup, phases = [], [], [], []
+    for cell in cells:
+        records = [r for r in map(json.loads, (cell / "verl_metrics.jsonl").read_text().splitlines())]
+        steps = [r["data"]["timing_s/step"] for r in records if "timing_s/step" in r["data"]]  # not a validation
+        first += steps[:1]
+        later += steps[1:]
+        startup += [r["startup_s"] for r in map(json.loads, (cell / "verl_runs.jsonl").read_text().splitlines())]
+        names = timeline.actor_names((cell / "verl.log").read_text(errors="replace"))
+        phases += [timeline.phases(start, names) for start in timeline.starts(timeline.read(cell / timeline.FILE_NAME))]
+    imports: dict[str, list[float]] = {}
+    for start in phases:
+        for process, seconds in start.pop("process_imports"):
+            imports.setdefault(process, []).append(seconds)
     return {
         "trials": len(cells),
-        "steps": len(steps),
-        "seconds_per_step": statistics.mean(steps),
-        "seconds_per_step_max": max(steps),
+        "steps": len(first) + len(later),
         "trial_startup_s": statistics.mean(startup),
         "trial_startup_s_max": max(startup),
+        "first_step_s": statistics.mean(first),
+        "later_step_s": statistics.mean(later) if later else None,
+        "later_step_s_max": max(later) if later else None,
+        "phases_s": {name: round(statistics.mean(p[name] for p in phases if name in p), 2) for name in phases[0]},
+        "process_imports_s": {name: round(statistics.mean(s), 2) for name, s in sorted(imports.items())},
     }
 
 
@@ -189,10 +201,11 @@ def main() -> int:
         "search_wall_s": wall,
         "out": str(out),
     }
+    later = figures["later_step_s"]
     print(
-        f"{figures['trials']} trials, {figures['steps']} verl steps: {figures['seconds_per_step']:.1f} s per step "
-        f"(max {figures['seconds_per_step_max']:.1f}), trial start-up {figures['trial_startup_s']:.1f} s "
-        f"(max {figures['trial_startup_s_max']:.1f}), search wall time {wall:.0f} s",
+        f"{figures['trials']} trials, {figures['steps']} verl steps: trial start-up {figures['trial_startup_s']:.1f} s "
+        f"(max {figures['trial_startup_s_max']:.1f}), first step {figures['first_step_s']:.1f} s, later steps "
+        f"{'-' if later is None else f'{later:.2f}'} s, search wall time {wall:.0f} s",
         file=sys.stderr,
     )
     print(json.dumps(figures))

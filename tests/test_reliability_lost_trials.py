@@ -48,7 +48,7 @@ def test_trials_whose_actor_reuse_is_refused_are_retried_then_failed_and_the_sea
     """The embedded backend (it lets Tune reuse actors), its defaults' concurrency and scheduler."""
     out = tmp_path / "out"
     done = subprocess.run(
-        search_command("space=difffilter_band", *TINY, "seeds=4", "arms=1", "max_retries=1", f"out={out}"),
+        search_command("space=difffilter_band", *TINY, "seeds=2", "arms=1", "max_retries=1", f"out={out}"),
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT_S,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import signal
 import tempfile
 import time
@@ -26,7 +25,6 @@ from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS
 from tune_dfrl.trainers.verl.backend import VerlBackend
 from tune_dfrl.trainers.verl.cpu import ray_temp_dir
 from tune_dfrl.trainers.verl.export import export_model, export_tasks, rows, write_parquet
-from tune_dfrl.trainers.verl.launcher import VerlRunError
 from tune_dfrl.trainers.verl.recipe import default_recipe
 
 from tune_dfrl.backend import ArmSpec
@@ -127,22 +125,6 @@ def test_grpo_steps_with_validation_milestones(runs):
         assert records[step]["training/rollout_probs_diff_max"] < 0.05  # rollout log-probs = the actor's
 
 
-def test_a_checkpointed_milestone_the_search_never_got_is_validated_from_the_checkpoint(runs):
-    """As if the trial died between verl's checkpoint of the final step and its validation: a copy of the
-    control's trial without its milestones and log. The rerun validates the checkpoint and trains nothing."""
-    (milestones, _), trial = runs("control"), runs.root / "control_killed"
-    shutil.copytree(
-        runs.root / "control", trial, ignore=shutil.ignore_patterns("milestones.jsonl", "verl_metrics.jsonl")
-    )
-    again: list = []
-    runs.backend.run_trial(ARMS["control"], SEED, again.append, trial)
-    assert [m.step for m in again] == [STEPS] and again[0].train == {}
-    assert again[0].accuracy == milestones[0].accuracy  # the checkpoint's weights, greedy decoding
-    logged = records(trial / "verl_metrics.jsonl")
-    assert [r["step"] for r in logged] == [STEPS] and "timing_s/step" not in logged[0]["data"]  # validation only
-    assert not ray_temp_dir(trial).exists()
-
-
 def same_numbers(record: dict) -> dict:
     """A verl metrics record without its clock readings (`timing_s/`, `timing_per_token_ms/`, `perf/` and
     `actor/perf/`: seconds, throughput, memory)."""
@@ -150,9 +132,16 @@ def same_numbers(record: dict) -> dict:
     return {k: v for k, v in record.items() if not k.startswith(clock)}
 
 
-def test_a_killed_trial_continues_from_its_checkpoint_with_the_numbers_of_an_uninterrupted_one(runs):
-    """A crash of the whole trial: every verl process is SIGKILLed as the step-1 milestone arrives (a milestone and
-    a checkpoint every step). The rerun loads verl's step-1 checkpoint, trains step 2 only, reports only its
+class Crash(RuntimeError):
+    """Raised by the search's side of a trial that died before it could record a milestone."""
+
+
+def test_a_killed_trial_validates_the_milestone_it_lost_then_continues_with_the_numbers_of_an_uninterrupted_one(runs):
+    """A crash of the whole trial as the step-1 milestone arrives (a milestone and a checkpoint every step): every
+    verl process is SIGKILLed and the search never records the milestone; verl's log of step 1 is lost too (as when
+    the trial dies between verl's checkpoint of a step and that step's validation). The rerun finds a checkpoint
+    newer than the last milestone, validates it before training (milestone 1: validation only, no training means,
+    the killed start's accuracy: the checkpoint's weights, greedy decoding), trains step 2 only, reports its
     milestone, and leaves no process and no private Ray folder behind.
 
     Same arm, same seed, same numbers: the killed start's step 1 and the rerun's step 2 are the uninterrupted
@@ -162,7 +151,7 @@ def test_a_killed_trial_continues_from_its_checkpoint_with_the_numbers_of_an_uni
     backend = VerlBackend({**runs.backend.recipe, "milestone_every": 1})
     trial, first, killed = runs.root / "control_crashed", [], set()
 
-    def report_then_crash(milestone) -> None:
+    def crash(milestone) -> None:
         first.append(milestone)
         killed.update(verl_trees(trial))
         for pid in killed:
@@ -170,25 +159,32 @@ def test_a_killed_trial_continues_from_its_checkpoint_with_the_numbers_of_an_uni
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        raise Crash("the trial died before it recorded the milestone")
 
-    with pytest.raises(VerlRunError, match="verl exited with code"):
-        backend.run_trial(ARMS["control"], SEED, report_then_crash, trial)
+    with pytest.raises(Crash):
+        backend.run_trial(ARMS["control"], SEED, crash, trial)
     assert [m.step for m in first] == [1] and len(killed) >= 3  # supervisor, main_ppo and its Ray at least
+    assert not (trial / "milestones.jsonl").exists()
     killed_step_1 = same_numbers(verl_log(trial)[1])
     assert trained(trial) == [1] and int((trial / "verl" / "latest_checkpointed_iteration.txt").read_text()) == 1
+    (trial / "verl_metrics.jsonl").unlink()
     log_at_crash = (trial / "verl.log").stat().st_size
 
     again: list = []
     backend.run_trial(ARMS["control"], SEED, again.append, trial)
-    assert [m.step for m in again] == [STEPS] and again[0].train  # trained, not only validated
+    assert [m.step for m in again] == [1, STEPS]
+    assert again[0].train == {} and again[0].accuracy == first[0].accuracy  # validated from the checkpoint
+    assert again[1].train  # trained, not only validated
+    logged = records(trial / "verl_metrics.jsonl")
+    assert [r["step"] for r in logged] == [1, STEPS] and "timing_s/step" not in logged[0]["data"]
     assert trained(trial) == [STEPS]
     control_milestones, control = runs("control")
     assert len(same_numbers(control[1])) > 50 and control[1]["actor/pg_loss"] != 0
     assert {k: killed_step_1[k] for k in same_numbers(control[1])} == same_numbers(control[1])
     assert same_numbers(verl_log(trial)[STEPS]) == same_numbers(control[STEPS])
-    assert again[0].accuracy == control_milestones[0].accuracy
+    assert again[1].accuracy == control_milestones[0].accuracy
     starts = records(trial / "verl_runs.jsonl")
-    assert [s["first_step"] for s in starts] == [1, STEPS]
+    assert [s["first_step"] for s in starts] == [1, 1]  # the rerun's first record: the validation of step 1
     with (trial / "verl.log").open("rb") as log:
         log.seek(log_at_crash)
         assert b"global_step_1" in log.read()  # the second start loaded the step-1 checkpoint

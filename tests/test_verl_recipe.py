@@ -178,9 +178,6 @@ def test_the_cpu_and_cuda_configurations_differ_in_the_documented_keys_only(tmp_
         actor + "use_kl_loss": (True, False),
         rollout + "full_determinism": (False, True),
         rollout + "agent.default_agent_loop": ("single_turn_agent", "hf_cpu_single_turn"),
-        rollout + "agent.num_workers": (8, 1),
-        "reward.num_workers": (8, 1),
-        "transfer_queue.backend.SimpleStorage.num_data_storage_units": (8, 1),
         "ray_kwargs.ray_init.num_cpus": (None, 16),
         "ray_kwargs.ray_init.num_gpus": (absent, 1),
         "ray_kwargs.ray_init._temp_dir": (absent, str(ray_temp_dir(tmp_path))),
@@ -193,3 +190,13 @@ def test_the_cpu_and_cuda_configurations_differ_in_the_documented_keys_only(tmp_
         if cuda.get(key, absent) != cpu.get(key, absent)
     }
     assert differ == documented
+
+
+@pytest.mark.parametrize(("cpus", "helpers"), [(1, 1), (2, 1), (4, 2), (7, 3), (64, 8)])
+def test_verls_helper_processes_scale_with_the_trials_cpus_on_both_devices(tmp_path, cpus, helpers):
+    """verl's 8 agent-loop workers, reward workers and storage units become one of each per 2 CPUs, at most 8."""
+    for device in ("cuda", "cpu"):
+        config = flat_config(make_recipe(device=device, gpus_per_trial=1, cpus_per_trial=cpus), tmp_path)
+        assert config["actor_rollout_ref.rollout.agent.num_workers"] == helpers
+        assert config["reward.num_workers"] == helpers
+        assert config["transfer_queue.backend.SimpleStorage.num_data_storage_units"] == helpers

@@ -8,6 +8,7 @@ child also gets `tune_dfrl.trainers.verl.cpu.cpu_env`. Files of a trial, all in 
     verl.log              the child's stdout and stderr
     verl_metrics.jsonl    verl's file logger (VERL_FILE_LOGGER_PATH)
     milestones.jsonl      the milestones the search received (one flat JSON per line, written when `report` returned)
+    verl_timeline.jsonl   the start-up timeline of every start (timeline.py)
     verl_runs.jsonl       per start of the child: {"first_step", "startup_s"}, the seconds from starting it
                           to its first metrics record less that step's `timing_s/step` and `timing_s/testing`
                           (process start, private Ray, workers, model and checkpoint loading; for a
@@ -37,7 +38,7 @@ from typing import Any
 
 from tune_dfrl.backend import ArmSpec, BenchmarkInfo, CalibrationResult, Milestone
 
-from . import checks
+from . import checks, timeline
 from .launcher import JsonlTail, MilestoneReader, VerlRunError, child_env, run_child
 from .recipe import VerlRecipe, build_overrides
 
@@ -105,6 +106,7 @@ class VerlBackend:
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         received = checkpoint_dir / "milestones.jsonl"
         metrics_path = checkpoint_dir / "verl_metrics.jsonl"
+        timeline_path = checkpoint_dir / timeline.FILE_NAME
         last = last_received_step(received)
 
         def deliver(milestone: Milestone) -> None:
@@ -112,6 +114,7 @@ class VerlBackend:
             if milestone.step <= last:
                 return
             report(milestone)
+            timeline.record("milestone", path=timeline_path, step=milestone.step)
             with received.open("a") as handle:  # after `report` returned: the search has it
                 handle.write(json.dumps(milestone.flat()) + "\n")
             last = milestone.step
@@ -128,6 +131,7 @@ class VerlBackend:
             nonlocal first_seen
             if not first_seen:
                 first_seen = True
+                timeline.record("first_record", path=timeline_path, step=int(record["step"]))
                 step_s = sum(float(record["data"].get(f"timing_s/{t}", 0.0)) for t in ("step", "testing"))
                 with (checkpoint_dir / "verl_runs.jsonl").open("a") as handle:
                     handle.write(
@@ -141,11 +145,12 @@ class VerlBackend:
                 deliver(milestone)
 
         metrics_path.unlink(missing_ok=True)  # verl rewrites it from the start
-        env = child_env(metrics_path)
+        env = child_env(metrics_path) | {timeline.TIMELINE_ENV: str(timeline_path)}
         if recipe.device == "cpu":
             from tune_dfrl.trainers.verl.cpu import cpu_env
 
             env.update(cpu_env(checkpoint_dir))
+        timeline.record("spawn", path=timeline_path)
         run_child(
             self.trial_command(arm, seed, checkpoint_dir, validate_first),
             env,

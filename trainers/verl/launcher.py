@@ -48,6 +48,7 @@ TRAIN_METRICS = (
     "actor/kl_loss",
     "actor/grad_norm",
 )
+RAY_PRESTART = {"RAY_prestart_worker_first_driver": "0", "RAY_enable_worker_prestart": "0"}
 _VAL_KEY = re.compile(r"val-(?:core|aux)/(?P<source>.+)/(?P<var>[^/]+)/mean@(?P<n>\d+)")
 
 
@@ -57,11 +58,14 @@ class VerlRunError(RuntimeError):
 
 def child_env(metrics_path: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The trial's environment: GPUs as Ray Tune assigned them (`CUDA_VISIBLE_DEVICES` is kept),
-    verl's file logger into the trial folder, no wandb, no hub downloads, our plugin loaded, and
-    no inherited `RAY_ADDRESS` (the child starts its own Ray instance)."""
+    verl's file logger into the trial folder, no wandb, no hub downloads, our plugin loaded, no
+    inherited `RAY_ADDRESS` (the child starts its own Ray instance), and no idle Ray workers started
+    ahead of demand (`RAY_PRESTART`): verl's actors each need their own process, so Ray's prestarted
+    workers sit idle and only take CPU while the trial starts."""
     env = dict(os.environ if base is None else base)
     env.pop("RAY_ADDRESS", None)
     env.update(
+        RAY_PRESTART,
         VERL_FILE_LOGGER_PATH=str(metrics_path),
         WANDB_MODE="disabled",
         HF_HUB_OFFLINE="1",

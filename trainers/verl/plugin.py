@@ -84,8 +84,10 @@ def register_trainer(_: ModuleType) -> None:
     executed here; importing it again returns it as is and it registers when it finishes.
     """
     importlib.import_module("tune_dfrl.trainers.verl.trainer")
+    importlib.import_module("tune_dfrl.trainers.verl.timeline").record("v1_imported")
 
 
+importlib.import_module("tune_dfrl.trainers.verl.timeline").record_process_start()
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == CPU_PLATFORM:
     importlib.import_module("tune_dfrl.trainers.verl.cpu").activate()
 after_import(V1_PACKAGE, register_trainer)

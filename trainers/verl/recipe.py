@@ -14,10 +14,12 @@ with verl's own config (`verl/trainer/config/ppo_trainer.yaml`) and, in order:
   asked (`validate_first`: a resumed run whose checkpoint's milestone the search lacks, backend.py);
 - logging: `trainer.logger=[console,file]` (the launcher points `VERL_FILE_LOGGER_PATH` into the
   trial folder), no wandb, no hub;
-- a private Ray instance per trial: `+ray_kwargs.ray_init.address=local`;
+- a private Ray instance per trial: `+ray_kwargs.ray_init.address=local`, no dashboard; loopback only and
+  token authentication come from the environment the trial inherits (`tune_dfrl.services.start_private_ray`);
 - the arm: `+tune_dfrl.policy` (JSON of method + params) and `+tune_dfrl.domain_column`;
 - the reward: `tune_dfrl.trainers.verl.reward.compute_score`;
-- the recipe's verl settings that no recipe key names (`SHARED_SETTINGS`; on cuda also `cuda_settings`:
+- the recipe's verl settings that no recipe key names (`SHARED_SETTINGS`, `helper_settings`: verl's helper
+  processes sized by `cpus_per_trial`; on cuda also `cuda_settings`:
   vLLM's memory share, the attention implementation), each with the reason it is chosen;
 - the recipe's own `overrides`, so they win over ours;
 - on `device: cpu`, last, `tune_dfrl.trainers.verl.cpu.cpu_overrides` (the CPU platform's settings,
@@ -62,6 +64,10 @@ SHARED_SETTINGS = (
     # one rollout replica per GPU: verl's default of 2 fails on one GPU (`checks.check_parallelism`)
     "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
 )
+# verl starts 8 agent-loop workers, 8 reward workers and 8 TransferQueue storage units per trial, whatever its
+# size; a trial gets one of each per CPUS_PER_HELPER CPUs Tune gives it (at least one, at most verl's 8)
+CPUS_PER_HELPER = 2
+VERL_HELPERS = 8
 # vLLM's share of each GPU (weights and KV cache); the FSDP actor and the reference model use the rest
 GPU_MEMORY_SHARE = "actor_rollout_ref.rollout.gpu_memory_utilization=0.6"
 ATTENTION_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
@@ -320,9 +326,21 @@ def build_overrides(
         f"+tune_dfrl.policy={hydra_quote(policy_json(arm))}",
         f"+tune_dfrl.domain_column={hydra_quote(recipe.domain_column)}",
         *SHARED_SETTINGS,
+        *helper_settings(recipe.cpus_per_trial),
         *(cuda_settings(recipe) if recipe.device == "cuda" else ()),
         *recipe.overrides,
         *(cpu_overrides(recipe, checkpoint_dir) if recipe.device == "cpu" else ()),
+    ]
+
+
+def helper_settings(cpus_per_trial: int) -> list[str]:
+    """verl's helper processes of a trial with `cpus_per_trial` CPUs: n = clamp(cpus // CPUS_PER_HELPER, 1, 8)
+    agent-loop workers, reward workers and TransferQueue storage units."""
+    n = min(max(cpus_per_trial // CPUS_PER_HELPER, 1), VERL_HELPERS)
+    return [
+        f"actor_rollout_ref.rollout.agent.num_workers={n}",
+        f"reward.num_workers={n}",
+        f"transfer_queue.backend.SimpleStorage.num_data_storage_units={n}",
     ]
 
 

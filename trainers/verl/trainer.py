@@ -4,6 +4,12 @@ Registered with verl's `register_trainer` as mode `tune_dfrl` (loaded by `plugin
 `TaskRunnerV1.run` (verl/trainer/main_ppo.py) picks it by `trainer.v1.trainer_mode=tune_dfrl`.
 Hooks into `PPOTrainer` (verl/trainer/ppo/v1/trainer_base.py):
 
+- `_build_replay_buffer`: verl's replay buffer looks for finished responses every `poll_interval`
+  seconds (2.0 in verl 0.9.1, a fixed sleep between looks); a step waits on it at least once for its
+  rollouts and once per validation. Set to `REPLAY_POLL_S`: a look is one call to TransferQueue's
+  controller, so a short interval costs little and a step no longer idles for seconds.
+- `__init__`, `_init_dataloader`, `_load_checkpoint`, `on_init_end` and the step and validation
+  hooks record the trial's start-up timeline (timeline.py).
 - `__init__`: verl branches on the mode *name* (`trainer_mode != "sync"` selects the async
   replay buffer, TransferQueue checkpointing, exact refills), so the mode is reset to `"sync"`
   before verl reads it: the synchronous code paths run unchanged.
@@ -40,11 +46,13 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.dataset.rl_dataset import collate_fn
 from verl.workers.utils.padding import response_to_nested
 
+from . import timeline
 from .hook import DataPolicy, domain_ids
 from .plugin import TRAINER_MODE
 from .sampler import MixtureBatchSampler
 
 POLICY_FIELDS = ("uid", "rm_scores", "advantages", "response_mask", "old_log_probs")
+REPLAY_POLL_S = 0.05
 
 
 @register_trainer(TRAINER_MODE)
@@ -52,6 +60,7 @@ class DataPolicyTrainer(PPOTrainerSync):
     """`PPOTrainerSync` whose update sees the arm's selection, reweighting or domain mixture."""
 
     def __init__(self, config: DictConfig):
+        timeline.record("trainer_init")
         with open_dict(config):
             config.trainer.v1.trainer_mode = "sync"
         super().__init__(config)
@@ -59,6 +68,39 @@ class DataPolicyTrainer(PPOTrainerSync):
         self.domain_column = str(config.tune_dfrl.domain_column)
         self.mixture_sampler: MixtureBatchSampler | None = None
         self.submitted: dict[str, int] = {}  # prompt uid -> its rank in submission order
+
+    def _build_replay_buffer(self):
+        buffer = super()._build_replay_buffer()
+        if not hasattr(buffer, "poll_interval"):
+            raise RuntimeError(
+                f"{type(buffer).__name__} has no poll_interval (tune_dfrl's trainer is pinned to verl 0.9.1)"
+            )
+        buffer.poll_interval = REPLAY_POLL_S
+        return buffer
+
+    def _load_checkpoint(self):
+        timeline.record("workers_ready")
+        return super()._load_checkpoint()
+
+    def on_init_end(self):
+        super().on_init_end()
+        timeline.record("setup_done")
+
+    def on_step_begin(self):
+        timeline.record("step_begin", step=self.global_steps)
+        super().on_step_begin()
+
+    def on_step_end(self):
+        super().on_step_end()
+        timeline.record("step_end", step=self.global_steps)
+
+    def on_validate_begin(self):
+        timeline.record("validate_begin", step=self.global_steps)
+        super().on_validate_begin()
+
+    def on_validate_end(self):
+        super().on_validate_end()
+        timeline.record("validate_end", step=self.global_steps)
 
     def _submit_batch_to_rollout(self, batch: TensorDict) -> int:
         first = len(self.submitted)
@@ -71,6 +113,7 @@ class DataPolicyTrainer(PPOTrainerSync):
 
     def _init_dataloader(self) -> None:
         super()._init_dataloader()
+        timeline.record("dataloader_ready")
         frame = self.train_dataset.dataframe
         values = np.asarray(frame[self.domain_column], dtype=str) if self.domain_column in frame.column_names else None
         domains = sorted(set(values.tolist())) if values is not None else []

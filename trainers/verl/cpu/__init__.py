@@ -26,7 +26,6 @@ ROLLOUT_NAME = "hf_cpu"
 AGENT_LOOP_NAME = "hf_cpu_single_turn"
 VERL_VERSION = "0.9.1"
 PYTHONHASHSEED = "0"
-TRANSFER_QUEUE_STORAGE_UNITS = 1
 RAY_LOGICAL_CPUS = 16
 # Ray's sockets live at <temp dir>/session_<date>_<time>_<us>_<pid>/sockets/plasma_store (64 more
 # characters) and a Unix socket path holds at most 107.
@@ -55,12 +54,9 @@ def cpu_overrides(trial_dir: Path, num_cpus: int) -> list[str]:
         "algorithm.use_kl_in_reward=false",
         f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-        "actor_rollout_ref.rollout.agent.num_workers=1",
         # request ids `det-<index of the response in its group>`: the HF rollout seeds by it (rollout.py)
         "actor_rollout_ref.rollout.full_determinism=true",
         f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",
-        "reward.num_workers=1",
-        f"transfer_queue.backend.SimpleStorage.num_data_storage_units={TRANSFER_QUEUE_STORAGE_UNITS}",
         "data.dataloader_num_workers=0",
         f"+ray_kwargs.ray_init.num_cpus={max(num_cpus, RAY_LOGICAL_CPUS)}",
         "+ray_kwargs.ray_init.num_gpus=1",
