@@ -20,9 +20,9 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	RAY_AUTH_MODE=disabled $(BIN)/python -m tune_dfrl.search space=$(SPACE) $(ARGS)
+	$(BIN)/python -m tune_dfrl.search space=$(SPACE) $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	RAY_AUTH_MODE=disabled $(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest $(ARGS)

@@ -13,6 +13,5 @@ command -v nvidia-smi >/dev/null && nvidia-smi -L | grep -q GPU \
 "$PYTHON" -c "import vllm" 2>/dev/null \
   || { echo "verl_gpu_smoke: vLLM is not installed; install verl[vllm]==0.9.1 as docs/readme_verl.md shows" >&2; exit 2; }
 
-export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
 export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}"
 exec "$PYTHON" benchmarks/verl_cpu_e2e.py --device cuda "$@"

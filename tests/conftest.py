@@ -6,23 +6,19 @@ import os
 
 import pytest
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """A private local Ray cluster (never joins a cluster already on the machine)."""
+    """A private local Ray cluster, as a search starts its own: loopback only, token authentication
+    (`tune_dfrl.services.start_private_ray`); it never joins a cluster already on the machine."""
     import ray
 
+    from tune_dfrl.services import start_private_ray
+
     if not ray.is_initialized():
-        ray.init(
-            address="local",
-            num_cpus=2,
-            include_dashboard=False,
-            object_store_memory=100 * 1024**2,
-            log_to_driver=False,
-        )
+        start_private_ray(num_cpus=2, log_to_driver=False)
     yield ray
     ray.shutdown()
 
@@ -45,3 +41,24 @@ def embedded_cache():
         os.environ.pop("TUNE_DFRL_CACHE", None)
     else:
         os.environ["TUNE_DFRL_CACHE"] = previous
+
+
+# Modules that run for minutes (real verl trainings, many full searches), in decreasing length: collected first,
+# so that under `pytest -n 2 --dist loadfile` (make test) each worker starts on one and the workers end together.
+LONG_MODULES = (
+    "test_verl_search_cpu.py",
+    "test_verl_cpu_run.py",
+    "test_reliability_hangs.py",
+    "test_search_sequential.py",
+    "test_verl_search.py",
+    "test_reliability_resume.py",
+    "test_reliability_lost_trials.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return LONG_MODULES.index(name) if name in LONG_MODULES else len(LONG_MODULES)
+
+    items.sort(key=rank)  # stable: the tests of a module keep their order

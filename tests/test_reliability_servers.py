@@ -1,7 +1,9 @@
 """The search plugs into services a team already runs, each started here on loopback and stopped by its PID:
 
-- a Ray cluster (`ray start --head --block`) whose workers cannot import tune_dfrl (the editable install is hidden
-  from them): the search attaches with `ray.address=127.0.0.1:PORT` and ships the project in its runtime_env;
+- a Ray cluster (`ray start --head --block`) on loopback with token authentication, whose workers cannot import
+  tune_dfrl (the editable install is hidden from them): the search attaches with `ray.address=127.0.0.1:PORT` and
+  the cluster's token in its environment, and ships the project in its runtime_env; without the token, or with
+  another one, it stops with one `error:` line before anything is written;
 - an MLflow tracking server (`mlflow server`): the search logs to it, checked through its REST API.
 
 One tiny embedded search (`python -m tune_dfrl.search`, in a subprocess as a user runs it) uses both.
@@ -11,6 +13,8 @@ Never `ray stop`: the cluster is stopped through its process group and its priva
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -23,6 +27,8 @@ from pathlib import Path
 
 import pytest
 from reliability_helpers import TINY, free_port, records, search_command, short_tmp, start, stop, wait_for
+
+from tune_dfrl.services import LOCAL_ONLY
 
 # Loaded first by every Python process of the cluster: drops the editable finder that maps tune_dfrl to this checkout.
 HIDE_PROJECT = """import sys
@@ -43,6 +49,12 @@ class Services:
     ray_address: str
     ray_tmp: Path
     tracking_uri: str
+    ray_env: dict[str, str]  # the environment that reaches the cluster: its token, loopback (Ray's local-only mode)
+
+
+def environment(**changes: str) -> dict[str, str]:
+    """This process's environment without Ray credentials, with `changes`."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")} | changes
 
 
 def rest(uri: str, endpoint: str, query: dict | None = None, body: dict | None = None) -> dict:
@@ -69,6 +81,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     hide.mkdir()
     (hide / "sitecustomize.py").write_text(HIDE_PROJECT)
     ray_tmp, port = short_tmp("rt-head-"), free_port()
+    ray_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), LOCAL_ONLY: "0"}
     ports = {
         flag: free_port()
         for flag in (
@@ -96,7 +109,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
             *(f"{flag}={value}" for flag, value in ports.items()),
         ],
         cwd=root,
-        env={"PYTHONPATH": str(hide)},
+        env=environment(PYTHONPATH=str(hide), **ray_env),
         log=root / "ray-head.log",
     )
     mlflow_port = free_port()
@@ -130,7 +143,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
         )
         assert head.poll() is None, (root / "ray-head.log").read_text()[-3000:]
         assert tracking.poll() is None, (root / "mlflow-server.log").read_text()[-3000:]
-        yield Services(root, f"127.0.0.1:{port}", ray_tmp, uri)
+        yield Services(root, f"127.0.0.1:{port}", ray_tmp, uri, ray_env)
     finally:
         stop(head, marker=str(ray_tmp), sig=signal.SIGKILL)  # a throwaway cluster: no 30 s drain
         stop(tracking)
@@ -153,6 +166,7 @@ def searched(services: Services) -> Path:
             f"mlflow.tracking_uri={services.tracking_uri}",
         ),
         cwd=services.root,
+        env=environment(**services.ray_env),
         capture_output=True,
         text=True,
         timeout=900,
@@ -161,10 +175,37 @@ def searched(services: Services) -> Path:
     return out
 
 
+@pytest.mark.parametrize(
+    ("credentials", "refusal"),
+    [
+        ({}, "demands an authentication token"),
+        ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64}, "refused this search's authentication token"),
+    ],
+    ids=["no token", "another token"],
+)
+def test_a_search_without_the_clusters_token_stops_before_writing_anything(
+    services: Services, credentials: dict[str, str], refusal: str
+) -> None:
+    out = services.root / f"refused-{len(credentials)}"
+    done = subprocess.run(
+        search_command("space=difffilter_band", f"out={out}", f"ray.address={services.ray_address}"),
+        cwd=services.root,
+        env=environment(**credentials, **{LOCAL_ONLY: "0"}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    said = (done.stdout + done.stderr).strip().splitlines()
+    assert done.returncode == 2 and said[-1].startswith(f"error: Ray cluster at ray.address='{services.ray_address}' ")
+    assert refusal in said[-1] and "RAY_AUTH_MODE=token" in said[-1], said[-5:]
+    assert not out.exists() and services.ray_env["RAY_AUTH_TOKEN"] not in done.stdout + done.stderr
+
+
 def test_the_cluster_workers_never_saw_the_project(services: Services) -> None:
     probe = subprocess.run(
         [sys.executable, "-c", PROBE, services.ray_address],
         cwd=services.root,
+        env=environment(**services.ray_env),
         capture_output=True,
         text=True,
         timeout=300,

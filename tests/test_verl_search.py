@@ -51,7 +51,7 @@ def verl_args(data: dict[str, Path], *changes: str) -> list[str]:
 
 
 def search(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_AUTH_MODE": "disabled"}
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     return subprocess.run(
         [sys.executable, "-m", "tune_dfrl.search", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
     )

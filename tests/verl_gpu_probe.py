@@ -11,7 +11,6 @@ import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 
 import ray  # noqa: E402
@@ -19,6 +18,7 @@ from ray import tune  # noqa: E402
 from tune_dfrl.trainers.verl.backend import VerlBackend  # noqa: E402
 
 from tune_dfrl.backend import ArmSpec  # noqa: E402
+from tune_dfrl.services import start_private_ray  # noqa: E402
 
 STAND_IN = str(Path(__file__).with_name("verl_stand_in.py"))
 
@@ -32,14 +32,7 @@ def main() -> None:
         arm = ArmSpec("softmax", {"temperature": 1.0}, "probe", "probe")
         backend.run_trial(arm, 0, lambda m: tune.report(m.flat()), work / "trial")
 
-    ray.init(
-        address="local",
-        num_cpus=2,
-        num_gpus=8,
-        include_dashboard=False,
-        object_store_memory=100 * 1024**2,
-        log_to_driver=False,
-    )
+    start_private_ray(num_cpus=2, num_gpus=8, log_to_driver=False)
     try:
         resources = backend.resources()
         results = tune.Tuner(

@@ -9,7 +9,13 @@ typo in an address is an error in seconds rather than a hang or a crash an hour 
 
 Attaching to a running cluster passes no resource arguments (the cluster owns its resources)
 and ships the project to the workers as one `py_modules` package (`project_package`), so
-workers that never saw tune_dfrl can run its trials.
+workers that never saw tune_dfrl can run its trials. It authenticates as the user's environment
+says (Ray's `RAY_AUTH_MODE`, `RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH`, `~/.ray/auth_token`); a
+cluster that refuses it is an error before anything is written.
+
+A private cluster (`start_private_ray`) is closed to everyone but this user: loopback only, token
+authentication with a fresh token that is never written to a file, no dashboard, its folders inside
+one only this user can open.
 
 Storage (the output folder, the sqlite stores, the caches) is checked the same way, up front: each
 folder must be creatable (a probe folder is made there and removed), no name longer than 255 bytes,
@@ -18,14 +24,19 @@ no sqlite path longer than sqlite opens (511 bytes).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
+import secrets
 import shutil
 import socket
+import stat
+import sys
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +92,68 @@ def check_ray_address(address: str, timeout: float = PROBE_TIMEOUT_S) -> str:
             f"Ray cluster at ray.address={address!r} does not answer ({error}); start it with "
             "`ray start --head`, or fix ray.address / RAY_ADDRESS (null runs a private local cluster)"
         ) from None
+    if not client:
+        check_ray_auth(address, resolved)
     return resolved
+
+
+def check_ray_auth(address: str, resolved: str) -> None:
+    """The cluster's GCS at `resolved` answers, and accepts this process's credentials as `ray.init(address)` will
+    send them (with `auto`, token mode is on when a token is at hand); the error names what to set, never the token."""
+    from ray._raylet import AuthenticationMode, AuthenticationTokenLoader, InnerGcsClient, get_authentication_mode
+    from ray.exceptions import AuthenticationError, RpcError
+
+    try:
+        has_token = AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True)
+    except AuthenticationError as error:  # RAY_AUTH_TOKEN_PATH names a missing or empty file
+        raise ServiceError(_first_sentence(error)) from None
+    if address == "auto" and "RAY_AUTH_MODE" not in os.environ and has_token:
+        token_mode_on()
+    token_mode = get_authentication_mode() == AuthenticationMode.TOKEN
+    where = "RAY_AUTH_TOKEN, or in a file named by RAY_AUTH_TOKEN_PATH (default ~/.ray/auth_token)"
+    if token_mode and not has_token:
+        raise ServiceError(
+            f"RAY_AUTH_MODE=token but no Ray authentication token is set: put the cluster's token in {where}"
+        )
+    try:
+        with _quiet_stderr():  # Ray's C++ client logs each refused or unanswered attempt
+            InnerGcsClient.standalone(resolved, None, int(PROBE_TIMEOUT_S * 1000))
+    except AuthenticationError:
+        held = "refused this search's authentication token" if token_mode else "demands an authentication token"
+        raise ServiceError(
+            f"Ray cluster at ray.address={address!r} {held}; set RAY_AUTH_MODE=token and the cluster's token in {where}"
+        ) from None
+    except RpcError as error:
+        raise ServiceError(
+            f"ray.address={address!r} ({resolved}) accepts connections but does not answer as a Ray cluster ({error})"
+        ) from None
+
+
+def _first_sentence(error: Exception) -> str:
+    """Ray's message without its generic advice (which follows its first sentence)."""
+    return str(error).split(". ", 1)[0]
+
+
+def token_mode_on() -> None:
+    """Ray's token authentication on for this process and what it starts (`RAY_AUTH_MODE=token`)."""
+    from ray._raylet import Config
+
+    os.environ["RAY_AUTH_MODE"] = "token"
+    Config.initialize("")  # how Ray itself makes a running process see a new RAY_AUTH_MODE
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 goes to /dev/null meanwhile (what native code writes there too)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def project_package(staging: Path) -> Path:
@@ -107,11 +179,61 @@ def _location(module: str) -> str:
 
 
 TRIAL_THREAD_END_S = 30
+LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's local-only mode, the node's address is 127.0.0.1
+
+
+def start_private_ray(num_cpus: int | None, **options: Any) -> None:
+    """Start this process's private Ray cluster (it never joins one already on the machine), closed to others:
+
+    - loopback only: in Ray's local-only mode (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`) the node's address is
+      127.0.0.1, and Ray binds its gRPC servers (GCS, raylet, object manager, every worker), its agents and
+      the dashboard agent to it; no dashboard;
+    - token authentication, with a fresh random token in this process's environment only (`RAY_AUTH_TOKEN`):
+      the cluster's processes inherit it, and so does the private Ray of each verl trial; no file holds it;
+    - Ray's folders (which Ray makes world-writable) inside `private_folder()`.
+
+    The environment keeps these settings for the life of the process: whatever it starts inherits them.
+    """
+    import ray
+    from ray._private import ray_constants
+    from ray._raylet import AuthenticationTokenLoader
+
+    temp_dir = private_folder() / "ray"
+    os.environ[LOCAL_ONLY] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False  # read from the environment when ray was imported
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    token_mode_on()
+    AuthenticationTokenLoader.instance().reset_cache()
+    ray.init(
+        address="local",
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        object_store_memory=100 * 1024**2,
+        _temp_dir=str(temp_dir),
+        **options,
+    )
+
+
+def private_folder() -> Path:
+    """`<Ray's temporary folder>/tdfrl-<uid>` (`RAY_TMPDIR`, else `TMPDIR`, else /tmp; a short name: Ray's socket
+    paths below it must stay under 108 characters), mode 0700 and owned by this user, else an error."""
+    from ray._common.utils import get_default_system_temp_dir
+
+    folder = Path(get_default_system_temp_dir()) / f"tdfrl-{os.getuid()}"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = folder.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise ServiceError(
+            f"{folder} holds the private Ray cluster's files and must be your folder with mode 0700; it is "
+            f"{stat.filemode(info.st_mode)}, owned by uid {info.st_uid}: remove it"
+        )
+    return folder
 
 
 def connect_ray(address: str | None, num_cpus: int | None) -> None:
-    """Start a private local cluster (address None), or attach to a running one and ship the project to it
-    (`ray.init` uploads the package, so its staging copy is removed right after)."""
+    """Start a private local cluster (address None, `start_private_ray`), or attach to a running one with the
+    user's credentials and ship the project to it (`ray.init` uploads the package, so its staging copy is
+    removed right after). A verl trial's child started there runs its own Ray in local-only mode (loopback)."""
     import ray
 
     common: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
@@ -119,12 +241,14 @@ def connect_ray(address: str | None, num_cpus: int | None) -> None:
         # A reused trial actor first waits this long for its previous trial's thread to end (Tune's default, 2 s,
         # refuses the reuse on a loaded machine); the workers of the private cluster inherit it.
         os.environ.setdefault("TUNE_FUNCTION_THREAD_TIMEOUT_S", str(TRIAL_THREAD_END_S))
-        ray.init(
-            address="local", num_cpus=num_cpus, include_dashboard=False, object_store_memory=100 * 1024**2, **common
-        )
+        start_private_ray(num_cpus, **common)
         return
     with tempfile.TemporaryDirectory(prefix="tune_dfrl-package-") as staging:
-        ray.init(address=address, runtime_env={"py_modules": [str(project_package(Path(staging)))]}, **common)
+        runtime_env = {"py_modules": [str(project_package(Path(staging)))], "env_vars": {LOCAL_ONLY: "0"}}
+        try:
+            ray.init(address=address, runtime_env=runtime_env, **common)
+        except ray.exceptions.AuthenticationError as error:  # a `ray://` address, which is not probed
+            raise ServiceError(f"Ray cluster at ray.address={address!r}: {_first_sentence(error)}") from None
 
 
 # -- storage: every folder and sqlite file a search writes, checked before anything is written ----------------
