@@ -176,9 +176,9 @@ import sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 import ray.cloudpickle
 import search_helpers
-from tune_dfrl import backends, search
+from tune_dfrl import backend_registry, search
 ray.cloudpickle.register_pickle_by_value(search_helpers)
-backends.BACKENDS["synthetic"] = search_helpers.build
+backend_registry.BACKENDS["synthetic"] = search_helpers.build
 sys.argv = ["tune_dfrl.search", *sys.argv[1:]]
 search.main()
 """
@@ -222,3 +222,39 @@ def resume_search(command: list[str], root: Path, env: dict[str, str], ray_tmp: 
         stop(resume, marker=str(ray_tmp))
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert resume.returncode == 0, (root / "resumed.log").read_text()[-3000:]
+
+
+# `python -c TWO_NODES TEMP_DIR`: a Ray cluster of two nodes on this machine, a head and a worker node of 1 CPU each
+# (`ray.cluster_utils.Cluster`: `ray start` refuses a second node in Ray's local-only mode), with the local-only mode
+# and the token authentication of its environment; prints one JSON line (the address; each node's id and raylet
+# pid), then holds the cluster until it is stopped. Ray's address file of the machine goes in TEMP_DIR/ray too.
+TWO_NODES = """import json, os, sys, time
+os.environ["RAY_TMPDIR"] = sys.argv[1]
+os.makedirs(os.path.join(sys.argv[1], "ray"), exist_ok=True)
+from ray._private import ray_constants
+from ray.cluster_utils import Cluster
+nodes = {"num_cpus": 1, "include_dashboard": False}
+cluster = Cluster(initialize_head=True, head_node_args={**nodes, "temp_dir": sys.argv[1]})
+worker = cluster.add_node(**nodes)
+cluster.wait_for_nodes()
+def described(node):
+    return {"id": node.node_id, "raylet": node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid}
+print(json.dumps({"address": cluster.address, "head": described(cluster.head_node), "worker": described(worker)}))
+sys.stdout.flush()
+time.sleep(86400)
+"""
+
+
+def trial_cells(raylet: int) -> set[tuple[str, int]]:
+    """The cells (arm id, seed) of the Tune trial actors among the workers of the node whose raylet is `raylet`, by
+    the trial folder each works in (`<arm id>-seed<k>-<trial id>`, `tune_dfrl.trial.trial_dirname`)."""
+    cells = set()
+    for pid in descendants(raylet):
+        try:
+            folder = Path(f"/proc/{pid}/cwd").readlink().name
+        except OSError:
+            continue
+        arm, _, rest = folder.partition("-seed")
+        if rest and rest.split("-")[0].isdigit():
+            cells.add((arm, int(rest.split("-")[0])))
+    return cells

@@ -4,7 +4,8 @@
 stop goes through `ResultsLog.note_decision` and `SearchTracker.note_decision` as the scheduler's decisions do, the
 looks of `seeds=auto` through `SeedBatches` and `SearchTracker.note_look` as the searcher's do; then
 `search_finish.finish` reports it as a search does. The arms end every way an arm can: the control and two arms at
-the full budget, one stopped at rung 20, one failed at every seed after its step-10 milestone.
+the full budget, one stopped at rung 20, one failed at every seed after its step-10 milestone; and a suggestion that
+acts as the control, suggested twice, goes through `ResultsLog.note_control_equivalent` as the searcher's does.
 
 score(arm, seed, step) = 40 + 5 seed + effect(arm) step / 30 + 0.3 z(seed, step, arm) on every benchmark.
 """
@@ -27,9 +28,10 @@ from tune_dfrl.ledger import FAILED as FAILED_END
 from tune_dfrl.ledger import FINISHED, PairedLedger
 from tune_dfrl.ledger import STOPPED as STOPPED_END
 from tune_dfrl.results import ResultsLog
-from tune_dfrl.rungs import RungDecision
-from tune_dfrl.scheduler import ArmDecision
+from tune_dfrl.rungs import ArmDecision, RungDecision
+from tune_dfrl.schema import Summary
 from tune_dfrl.search_finish import finish
+from tune_dfrl.search_run import Trained
 from tune_dfrl.seed_batches import HISTORY_FILE, SeedBatches
 from tune_dfrl.sequential import SequentialRule
 from tune_dfrl.tracking import SearchTracker
@@ -40,6 +42,7 @@ BETTER = {"arm_id": "a1", "label": "topk(f=0.9)", "method": "topk", "params": {"
 CLOSE = {"arm_id": "a2", "label": "topk(f=0.6)", "method": "topk", "params": {"f": 0.6}}
 STOPPED = {"arm_id": "a3", "label": "topk(f=0.1)", "method": "topk", "params": {"f": 0.1}}
 FAILED = {"arm_id": "a4", "label": "maxvar(f=0.5)", "method": "maxvar", "params": {"f": 0.5}}
+EQUIVALENT = {"method": "topk", "params": {"f": 1.0}, "label": "topk(f=1)", "arm_id": "c0"}  # never trained
 ARMS = (CONTROL, BETTER, CLOSE, STOPPED, FAILED)
 EFFECT = {"c0": 0.0, "a1": 6.0, "a2": 0.5, "a3": -5.0, "a4": 0.0}
 LAST_STEP = {"a3": 20, "a4": 10}  # stopped at rung 20; failed after its step-10 milestone
@@ -82,9 +85,7 @@ def build_search(out: Path, sequential: bool = False) -> SimpleNamespace:
     }
     (out / "search.json").write_text(json.dumps(plan))
     uri, experiment = f"sqlite:///{out / 'mlflow.db'}", f"tune_dfrl/{out.name}"
-    tracker = SearchTracker(
-        uri, experiment, (out / "mlartifacts").as_uri(), "topk_keep", "c0", METRIC, {"arms": 4}, BENCHMARKS
-    )
+    tracker = open_tracker(out)
     log = ResultsLog(out / "results.jsonl", out / "failures.jsonl", METRIC)
     ledger = PairedLedger("c0")  # the searcher's: final scores and how cells ended
 
@@ -114,6 +115,9 @@ def build_search(out: Path, sequential: bool = False) -> SimpleNamespace:
     seeds = tuple(range(RULE.start)) if sequential else SEEDS
     for arm in ARMS:
         run(arm, seeds)
+        if arm is BETTER:
+            for suggestion in ("arm0001", "arm0003"):
+                log.note_control_equivalent({"suggestion": suggestion, **EQUIVALENT})
     if sequential:
         batches = SeedBatches(RULE, "c0")
         while not batches.finished:
@@ -124,16 +128,7 @@ def build_search(out: Path, sequential: bool = False) -> SimpleNamespace:
             opened = [a for a in ARMS[1:] if a["arm_id"] in look.states and look.states[a["arm_id"]].status == "open"]
             for arm in [CONTROL, *opened] if look.next_seeds else []:
                 run(arm, look.next_seeds)
-    printed, logging = io.StringIO(), Guarded(tracker, "MLflow logging", "the test fails")
-    with contextlib.redirect_stdout(printed):
-        summary = finish(
-            SimpleNamespace(out=out, tracking_uri=uri),
-            logging,
-            None,
-            Guarded(log, "results.jsonl", "the test fails"),
-            SimpleNamespace(control_failed=lambda: False),
-        )
-    assert logging.error is None, logging.error
+    summary, printed = finish_search(out, tracker)
     client = MlflowClient(uri)
     found = client.get_experiment_by_name(experiment)
     runs = client.search_runs([found.experiment_id], max_results=200)
@@ -146,8 +141,25 @@ def build_search(out: Path, sequential: bool = False) -> SimpleNamespace:
         experiment=found,
         parents=parents,
         summary=summary,
-        printed=printed.getvalue(),
+        printed=printed,
     )
+
+
+def open_tracker(out: Path, resume: bool = False) -> SearchTracker:
+    """The test search's `SearchTracker` on its store (`resume`: reopen the experiment, as `resume=true` does)."""
+    uri, experiment = f"sqlite:///{out / 'mlflow.db'}", f"tune_dfrl/{out.name}"
+    return SearchTracker(
+        uri, experiment, (out / "mlartifacts").as_uri(), "topk_keep", "c0", METRIC, {"arms": 4}, BENCHMARKS, resume
+    )
+
+
+def finish_search(out: Path, tracker: SearchTracker) -> tuple[Summary, str]:
+    """`search_finish.finish` of the search in `out`, as a search's last stage runs it: (summary, what it printed)."""
+    printed, logging = io.StringIO(), Guarded(tracker, "MLflow logging", "the test fails")
+    with contextlib.redirect_stdout(printed):
+        summary = finish(SimpleNamespace(out=out, tracking_uri=tracker.tracking_uri), Trained(logging, None, False))
+    assert logging.error is None, logging.error
+    return summary, printed.getvalue()
 
 
 def answer(summary: dict) -> dict:

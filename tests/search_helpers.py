@@ -86,7 +86,7 @@ class SyntheticBackend:
 
 
 def build(cfg: dict[str, Any]) -> SyntheticBackend:
-    """Backend constructor for `tune_dfrl.backends.BACKENDS` (selected with backend.name=synthetic, so `cfg` also
+    """Backend constructor for `tune_dfrl.backend_registry.BACKENDS` (selected with backend.name=synthetic, so `cfg` also
     carries the embedded recipe keys: only the budget is taken from it; groups of 8)."""
     options = {k: cfg[k] for k in ("slope", "sleep_s", "calibration_ok") if k in cfg}
     recipe = {"steps": cfg.get("steps", 30), "milestone_every": cfg.get("milestone_every", 10), "rollout_n": 8}

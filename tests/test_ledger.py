@@ -13,8 +13,7 @@ from tune_dfrl.ledger import FAILED, FINISHED, STOPPED, PairedLedger, estimate_o
 from tune_dfrl.progress import Progress
 from tune_dfrl.report import analyze
 from tune_dfrl.results import ResultsLog, append_record, milestone_record, read_records
-from tune_dfrl.rungs import RungRule
-from tune_dfrl.scheduler import RungBook
+from tune_dfrl.rungs import RungBook, RungRule
 from tune_dfrl.scores import load_results
 
 

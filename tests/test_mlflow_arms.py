@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +16,20 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Run
-from search_folder import BETTER, CLOSE, CONTROL, ERROR, FAILED, SEEDS, STEPS, STOPPED, build_search, score
+from search_folder import (
+    BETTER,
+    CLOSE,
+    CONTROL,
+    ERROR,
+    FAILED,
+    SEEDS,
+    STEPS,
+    STOPPED,
+    build_search,
+    finish_search,
+    open_tracker,
+    score,
+)
 
 from tune_dfrl.results import RECORD_FILES
 from tune_dfrl.stats import paired_interval
@@ -174,6 +188,15 @@ def test_the_screenshot_tool_serves_the_store_with_the_arms_view_and_stops_its_s
     spec.loader.exec_module(tool)
     experiment_id = searched.experiment.experiment_id
     assert tool.arms_experiment(searched.uri) == experiment_id
+    arms = tool.arm_runs(searched.uri, experiment_id)  # the compare view's runs: the arm parents, the control first
+    assert arms[0] == searched.parents["c0"].info.run_id
+    assert sorted(arms) == sorted(r.info.run_id for r in searched.parents.values())
+    page, query = tool.compare_url("http://127.0.0.1:1", experiment_id, arms).split("?", 1)
+    assert page == "http://127.0.0.1:1/#/compare-runs"
+    assert {k: json.loads(v) for k, (v,) in urllib.parse.parse_qs(query).items()} == {
+        "runs": arms,
+        "experiments": [experiment_id],
+    }
     with tool.mlflow_server(searched.out) as served:
         assert served.startswith("http://127.0.0.1:")
         with urllib.request.urlopen(f"{served}/", timeout=30) as index:
@@ -184,3 +207,30 @@ def test_the_screenshot_tool_serves_the_store_with_the_arms_view_and_stops_its_s
         assert tags[SAVED_VIEW_TAG + ARMS_VIEW] == searched.experiment.tags[SAVED_VIEW_TAG + ARMS_VIEW]
     with pytest.raises(OSError):
         urllib.request.urlopen(f"{served}/health", timeout=5)
+
+
+def test_a_finish_that_runs_again_logs_nothing_twice(searched: SimpleNamespace, tmp_path: Path) -> None:
+    """A resume of a finished search reopens its runs and finishes again: the series, figures and verdict table
+    stay as the first finish left them."""
+    client = searched.client
+    search_id = next(
+        r.info.run_id
+        for r in client.search_runs([searched.experiment.experiment_id])
+        if r.data.tags["tune_dfrl.role"] == "search"
+    )
+
+    def logged(folder: Path) -> tuple[dict, dict]:
+        metrics = {
+            (arm_id, key): [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
+            for arm_id, run in searched.parents.items()
+            for key in client.get_run(run.info.run_id).data.metrics
+        }
+        return metrics, json.loads(Path(client.download_artifacts(search_id, "verdicts.json", str(folder))).read_text())
+
+    before = logged(tmp_path / "before")
+    summary, _ = finish_search(searched.out, open_tracker(searched.out, resume=True))
+    assert summary.statuses == searched.summary.statuses
+    after = logged(tmp_path / "after")
+    assert after == before
+    assert [step for step, _ in after[0][("c0", "curve/mean_db")]] == list(STEPS)
+    assert len(after[1]["data"]) == len(summary.statuses)

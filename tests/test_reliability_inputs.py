@@ -18,8 +18,7 @@ from reliability_helpers import TINY
 from tune_dfrl.guarded import Guarded
 from tune_dfrl.results import ResultsLog, append_record, read_records, repair_log
 from tune_dfrl.resume import FolderInUse, check_folder_free, hold_folder
-from tune_dfrl.rungs import RungRule
-from tune_dfrl.scheduler import STOP, RungBook
+from tune_dfrl.rungs import STOP, RungBook, RungRule
 from tune_dfrl.search_plan import compose, plan_search
 
 SMALL = ("seeds=2", "arms=1", "steps=10", "milestone_every=5", "control_cache=null")

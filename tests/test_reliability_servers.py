@@ -1,12 +1,14 @@
 """The search plugs into services a team already runs, each started here on loopback and stopped by its PID:
 
-- a Ray cluster (`ray start --head --block`) on loopback with token authentication, whose workers cannot import
-  tune_dfrl (the editable install is hidden from them): the search attaches with `ray.address=127.0.0.1:PORT` and
-  the cluster's token in its environment, and ships the project in its runtime_env; without the token, or with
-  another one, it stops with one `error:` line before anything is written;
+- a Ray cluster of two nodes, a head and a worker of 1 CPU each (`reliability_helpers.TWO_NODES`), on loopback with
+  token authentication, whose workers cannot import tune_dfrl (the editable install is hidden from them) and record
+  what they write: the search attaches with `ray.address=127.0.0.1:PORT` and the cluster's token in its environment,
+  and ships the project in its runtime_env; without the token, or with another one, it stops with one `error:` line
+  before anything is written;
 - an MLflow tracking server (`mlflow server`): the search logs to it, checked through its REST API.
 
-One tiny embedded search (`python -m tune_dfrl.search`, in a subprocess as a user runs it) uses both.
+One tiny embedded search (`python -m tune_dfrl.search`, in a subprocess as a user runs it) uses both. Last, a
+synthetic search loses the worker node (its raylet SIGKILLed) mid-search: it finishes, with one note of the loss.
 Never `ray stop`: the cluster is stopped through its process group and its private temp dir.
 """
 
@@ -26,13 +28,47 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from reliability_helpers import TINY, free_port, records, search_command, short_tmp, start, stop, wait_for
+from reliability_helpers import (
+    TINY,
+    TWO_NODES,
+    free_port,
+    records,
+    search_command,
+    short_tmp,
+    start,
+    stop,
+    synthetic_search_command,
+    trial_cells,
+    wait_for,
+)
 
 from tune_dfrl.services import LOCAL_ONLY
+from tune_dfrl.trial import MILESTONES, cell_dir
 
 # Loaded first by every Python process of the cluster: drops the editable finder that maps tune_dfrl to this checkout.
 HIDE_PROJECT = """import sys
 sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable___tune_dfrl")]
+"""
+
+# ... and appends "PID PATH" to the file named by $TDFRL_TEST_WRITES for each file under $TDFRL_TEST_WRITES_UNDER it
+# opens for writing, renames to, or opens as a sqlite database.
+WRITES, WRITES_UNDER = "TDFRL_TEST_WRITES", "TDFRL_TEST_WRITES_UNDER"
+RECORD_WRITES = f"""import os
+_log, _under = os.environ.get({WRITES!r}), os.environ.get({WRITES_UNDER!r})
+def _record(event, args):
+    if event == "open" and not isinstance(args[0], int) and args[2] & (os.O_WRONLY | os.O_RDWR):
+        path = args[0]
+    elif event in ("os.rename", "sqlite3.connect"):
+        path = args[1] if event == "os.rename" else args[0]
+    else:
+        return
+    path = os.path.abspath(os.fsdecode(path))
+    if path.startswith(_under) and path != _log:
+        fd = os.open(_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.write(fd, f"{{os.getpid()}} {{path}}\\n".encode())
+        os.close(fd)
+if _log and _under:
+    sys.addaudithook(_record)
 """
 
 # Run on a cluster worker without any runtime_env: can it import tune_dfrl?
@@ -50,6 +86,8 @@ class Services:
     ray_tmp: Path
     tracking_uri: str
     ray_env: dict[str, str]  # the environment that reaches the cluster: its token, loopback (Ray's local-only mode)
+    head: dict  # the head node's id and raylet pid
+    worker: dict  # the worker node's
 
 
 def environment(**changes: str) -> dict[str, str]:
@@ -79,38 +117,15 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     root = tmp_path_factory.mktemp("services")
     hide = root / "hide"
     hide.mkdir()
-    (hide / "sitecustomize.py").write_text(HIDE_PROJECT)
-    ray_tmp, port = short_tmp("rt-head-"), free_port()
+    (hide / "sitecustomize.py").write_text(HIDE_PROJECT + RECORD_WRITES)
+    ray_tmp = short_tmp("rt-head-")
     ray_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), LOCAL_ONLY: "0"}
-    ports = {
-        flag: free_port()
-        for flag in (
-            "--ray-client-server-port",
-            "--dashboard-agent-listen-port",
-            "--dashboard-agent-grpc-port",
-            "--runtime-env-agent-port",
-            "--metrics-export-port",
-            "--node-manager-port",
-            "--object-manager-port",
-        )
-    }
-    head = start(
-        [
-            str(Path(sys.executable).with_name("ray")),
-            "start",
-            "--head",
-            "--block",
-            f"--port={port}",
-            "--node-ip-address=127.0.0.1",
-            "--num-cpus=2",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-            f"--temp-dir={ray_tmp}",
-            *(f"{flag}={value}" for flag, value in ports.items()),
-        ],
+    cluster_env = {"PYTHONPATH": str(hide), WRITES: str(root / "writes.log"), WRITES_UNDER: str(root)}
+    cluster = start(
+        [sys.executable, "-c", TWO_NODES, str(ray_tmp)],
         cwd=root,
-        env=environment(PYTHONPATH=str(hide), **ray_env),
-        log=root / "ray-head.log",
+        env=environment(**ray_env, **cluster_env),
+        log=root / "cluster.log",
     )
     mlflow_port = free_port()
     tracking = start(
@@ -135,17 +150,18 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     )
     uri = f"http://127.0.0.1:{mlflow_port}"
     try:
+
+        def described() -> list[str]:
+            return [line for line in (root / "cluster.log").read_text().splitlines() if line.startswith("{")]
+
         wait_for(lambda: healthy(uri) or tracking.poll() is not None, 120, "the MLflow server")
-        wait_for(
-            lambda: "Ray runtime started" in (root / "ray-head.log").read_text() or head.poll() is not None,
-            120,
-            "the Ray head",
-        )
-        assert head.poll() is None, (root / "ray-head.log").read_text()[-3000:]
+        wait_for(lambda: described() or cluster.poll() is not None, 180, "the Ray cluster")
+        assert cluster.poll() is None, (root / "cluster.log").read_text()[-3000:]
         assert tracking.poll() is None, (root / "mlflow-server.log").read_text()[-3000:]
-        yield Services(root, f"127.0.0.1:{port}", ray_tmp, uri, ray_env)
+        nodes = json.loads(described()[0])
+        yield Services(root, nodes["address"], ray_tmp, uri, ray_env, nodes["head"], nodes["worker"])
     finally:
-        stop(head, marker=str(ray_tmp), sig=signal.SIGKILL)  # a throwaway cluster: no 30 s drain
+        stop(cluster, marker=str(ray_tmp), sig=signal.SIGKILL)  # a throwaway cluster: no 30 s drain
         stop(tracking)
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
@@ -260,3 +276,54 @@ def test_the_tracking_server_received_parents_children_and_summaries(searched: P
     )
     artifacts = rest(uri, "artifacts/list", {"run_id": by_role["search"][0]["info"]["run_id"], "path": "report"})
     assert "report/summary.json" in {f["path"] for f in artifacts.get("files", [])}
+
+
+def test_a_search_that_loses_a_node_finishes_every_cell_once_and_says_so(services: Services) -> None:
+    """Last in this module: it kills the worker node. Two trials at a time, one per node; once the worker's has
+    logged its first milestone (of 2), the worker's raylet is SIGKILLed; its trial runs again on the head."""
+    root, out, cache = services.root / "lost", services.root / "lost" / "out", services.root / "lost" / "cache"
+    root.mkdir()
+    command = synthetic_search_command(
+        "ray.num_cpus=null",
+        f"ray.address={services.ray_address}",
+        "scheduler.name=fifo",
+        "+backend.sleep_s=0.7",
+        f"out={out}",
+        f"control_cache={cache}",
+    )
+    driver = start(command, cwd=root, env=environment(**services.ray_env), log=root / "search.log")
+    on_head: set[tuple[str, int]] = set()
+    worker_raylet = services.worker["raylet"]
+
+    def midway_on_the_worker() -> bool:
+        """A trial runs on each node, and the worker's has logged its first milestone but not its last."""
+        on_head.update(trial_cells(services.head["raylet"]))
+        logged = {cell: records(cell_dir(out / "cells", *cell) / MILESTONES) for cell in trial_cells(worker_raylet)}
+        midway = [cell for cell, steps in logged.items() if [r["step"] for r in steps] == [5]]
+        return bool(on_head and midway) or driver.poll() is not None
+
+    try:
+        wait_for(midway_on_the_worker, 300, "a trial on each node, the worker's midway", poll_s=0.2)
+        assert driver.poll() is None and on_head, (root / "search.log").read_text()[-3000:]
+        os.kill(worker_raylet, signal.SIGKILL)
+        driver.wait(timeout=300)
+    finally:
+        stop(driver)
+    said = (root / "search.log").read_text()
+    assert driver.returncode == 0, said[-3000:]
+    lines = records(out / "results.jsonl")
+    cells = {(r["arm_id"], r["seed"]) for r in lines}
+    assert len(cells) == 4 and sorted((r["arm_id"], r["seed"], r["step"]) for r in lines) == sorted(
+        (arm, seed, step) for arm, seed in cells for step in (5, 10)
+    ), lines  # every milestone of every cell, each once
+    notes = [line for line in said.splitlines() if line.startswith("note: lost node")]
+    assert len(notes) == 1 and f"(id {services.worker['id'][:8]}" in notes[0], said[-3000:]
+    assert "run again from their last milestone" in notes[0], notes
+    assert not any(dump in said for dump in ("Trial task failed", "Raylet is terminated", "marked dead")), said
+    written = {Path(line.split(" ", 1)[1]) for line in (services.root / "writes.log").read_text().splitlines()}
+    assert any(path.is_relative_to(out / "cells") for path in written), "the cluster's writes were not recorded"
+    assert any(cache.rglob("*.jsonl")) or any(cache.rglob("*")), "the control cache is empty"
+    driver_only = [
+        out / name for name in ("results.jsonl", "failures.jsonl", "mlflow.db", "mlartifacts", "optuna.db", "report")
+    ]
+    assert not [p for p in written if p.is_relative_to(cache) or any(p.is_relative_to(d) for d in driver_only)]

@@ -1,6 +1,9 @@
-"""The pure rung decision: hand-computed cases for every rule of tune_dfrl.rungs."""
+"""The pure rung decision: hand-computed cases for every rule of tune_dfrl.rungs, and the module loads without Ray."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 
@@ -159,3 +162,10 @@ def test_bad_deltas_are_rejected():
         decide("a", {"a": {0: 1.0}, "b": {}}, ASHA)
     with pytest.raises(ValueError, match="seed 3 is nan"):
         decide("a", {"a": {3: float("nan")}}, ASHA)
+
+
+def test_the_rules_and_the_book_load_without_ray() -> None:
+    """`decide` and `RungBook` are pure: importing them loads no Ray (the decision benchmark runs them without it)."""
+    code = "import sys, tune_dfrl.rungs; assert 'ray' not in sys.modules, 'tune_dfrl.rungs imports Ray'"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

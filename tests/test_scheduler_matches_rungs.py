@@ -15,8 +15,8 @@ from decisions_helpers import load_benchmark
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
-from tune_dfrl.rungs import RungRule, decide
-from tune_dfrl.scheduler import ArmDecision, make_scheduler
+from tune_dfrl.rungs import ArmDecision, RungRule, decide
+from tune_dfrl.scheduler import make_scheduler
 from tune_dfrl.settings import SchedulerSettings
 
 METRIC = "score/db"

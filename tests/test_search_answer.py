@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 from hydra import compose, initialize
-from search_folder import BETTER, CLOSE, CONTROL, FAILED, STOPPED, answer, build_search
+from search_folder import BETTER, CLOSE, CONTROL, EQUIVALENT, FAILED, STOPPED, answer, build_search
 
 from tune_dfrl.report import _main, analyze_search
 from tune_dfrl.results import FAILURES, PLAN, STOPS, SearchRecord
@@ -103,7 +103,7 @@ def test_a_rerender_with_other_options_is_labelled_and_leaves_the_searchs_report
 
 def test_a_fully_failed_arm_counts_in_the_holm_family_and_is_named(fixed: SimpleNamespace) -> None:
     summary = summary_of(fixed.out)
-    searched = [arm for arm, s in summary["statuses"].items() if s["status"] != "control"]
+    searched = [arm for arm, s in summary["statuses"].items() if s["status"] not in ("control", "control-equivalent")]
     assert summary["holm_family"] == len(searched) == 4
     failed = summary["statuses"][FAILED["label"]]
     assert (failed["text"], failed["verdict"]) == ("failed at seeds [0, 1, 2, 3]", "failed")
@@ -113,6 +113,35 @@ def test_a_fully_failed_arm_counts_in_the_holm_family_and_is_named(fixed: Simple
     report = (fixed.out / "report" / "report.md").read_text()
     assert f"Holm family: 4 arm(s): {', '.join(searched)}" in report
     assert f"| {FAILED['label']} | failed at seeds [0, 1, 2, 3] | failed |" in report
+
+
+def test_a_suggestion_that_acts_as_the_control_has_its_status_everywhere_and_no_place_in_the_family(
+    fixed: SimpleNamespace, tmp_path: Path
+) -> None:
+    summary, label = summary_of(fixed.out), EQUIVALENT["label"]
+    status = summary["statuses"][label]
+    assert (status["status"], status["text"], status["verdict"], status["arm_id"]) == (
+        "control-equivalent",
+        "control-equivalent (never trained)",
+        "control-equivalent",
+        CONTROL["arm_id"],
+    )
+    assert "suggested 2 time(s)" in status["reason"] and status["seeds"] == [] and status["delta"] is None
+    assert summary["verdicts"][label] == "control-equivalent" and summary["holm_family"] == 4
+    assert label not in summary["arms"] and label not in summary["series"]
+    row = f"| {label} | control-equivalent (never trained) | control-equivalent |"
+    assert row in (fixed.out / "report" / "report.md").read_text()
+    assert label in fixed.printed and "control-equivalent" in fixed.printed
+    assert fixed.parents[CONTROL["arm_id"]].data.tags["control-equivalent"] == label  # no run of its own
+    assert len(fixed.parents) == 5
+    table = json.loads(
+        Path(fixed.client.download_artifacts(_search_run(fixed), "verdicts.json", str(tmp_path))).read_text()
+    )
+    rows = {row[0]: dict(zip(table["columns"], row)) for row in table["data"]}
+    assert (rows[label]["status"], rows[label]["verdict"]) == ("control-equivalent", "control-equivalent")
+    assert "control_equivalent.jsonl" in {
+        Path(a.path).name for a in fixed.client.list_artifacts(_search_run(fixed), "record")
+    }
 
 
 def test_an_arm_failed_before_its_first_milestone_stays_in_the_family(fixed: SimpleNamespace, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import optuna
 import pytest
 from mlflow import MlflowClient
-from reliability_helpers import FIRST_OF_DOMAIN, TINY
+from reliability_helpers import FIRST_OF_DOMAIN, TINY, records
 from search_helpers import search_cfg
 
 from tune_dfrl.search import OPTUNA_STUDY, SearchError, plan_search, run_search
@@ -46,18 +46,14 @@ def searched(ray_session, cache: str, tmp_path_factory: pytest.TempPathFactory) 
     return out
 
 
-def lines(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-
-
 def test_control_and_arms_ran_on_identical_seed_lists_with_one_thread_each(searched: Path) -> None:
-    records = lines(searched)
+    written = records(searched / "results.jsonl")
     seeds: dict[str, set[int]] = {}
-    for r in records:
+    for r in written:
         seeds.setdefault(r["arm_id"], set()).add(r["seed"])
     assert len(seeds) >= 2 and all(s == {0, 1, 2} for s in seeds.values())
-    assert {r["threads"] for r in records} == {1}  # cpus_per_trial=1 -> exactly one torch thread
-    assert set(records[0]["accuracy"]) == set(EVALUATED)
+    assert {r["threads"] for r in written} == {1}  # cpus_per_trial=1 -> exactly one torch thread
+    assert set(written[0]["accuracy"]) == set(EVALUATED)
 
 
 def test_duplicate_canonical_arms_ran_once(searched: Path) -> None:
@@ -65,14 +61,14 @@ def test_duplicate_canonical_arms_ran_once(searched: Path) -> None:
     cells = Counter(name.rsplit("-", 1)[0] for name in trial_dirs)  # <arm_id>-seed<k>
     assert cells and set(cells.values()) == {1}
     study = optuna.load_study(study_name=OPTUNA_STUDY, storage=f"sqlite:///{searched / 'optuna.db'}")
-    assert len(study.trials) >= len({r["arm_id"] for r in lines(searched)}) - 1
+    assert len(study.trials) >= len({r["arm_id"] for r in records(searched / "results.jsonl")}) - 1
 
 
 def test_paired_scheduler_stopped_whole_arms_and_optuna_got_paired_deltas(searched: Path) -> None:
-    records = lines(searched)
+    written = records(searched / "results.jsonl")
     last: dict[str, dict[int, int]] = {}
-    score = {(r["arm_id"], r["seed"], r["step"]): r["aggregates"]["db"] for r in records}
-    for r in records:
+    score = {(r["arm_id"], r["seed"], r["step"]): r["aggregates"]["db"] for r in written}
+    for r in written:
         last.setdefault(r["arm_id"], {})[r["seed"]] = max(r["step"], last.get(r["arm_id"], {}).get(r["seed"], 0))
     ends = {arm: set(by_seed.values()) for arm, by_seed in last.items()}
     assert all(len(steps) == 1 for steps in ends.values()), ends  # never single seeds
@@ -102,7 +98,7 @@ def test_paired_scheduler_stopped_whole_arms_and_optuna_got_paired_deltas(search
         told += len(matching)
     assert told >= len(ends) - 1
     assert all(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for t in study.trials)
-    assert set(summary["stopped"]) == {r["label"] for r in records if r["arm_id"] in stopped}
+    assert set(summary["stopped"]) == {r["label"] for r in written if r["arm_id"] in stopped}
 
 
 def test_mlflow_and_report(searched: Path) -> None:

@@ -13,8 +13,9 @@ import pytest
 import ray.cloudpickle
 import search_helpers
 from mlflow import MlflowClient
+from reliability_helpers import records
 
-from tune_dfrl import backends
+from tune_dfrl import backend_registry
 from tune_dfrl.search import OPTUNA_STUDY, SearchError, plan_search, run_search
 
 ray.cloudpickle.register_pickle_by_value(sys.modules["search_helpers"])  # workers cannot import tests/
@@ -22,11 +23,7 @@ ray.cloudpickle.register_pickle_by_value(sys.modules["search_helpers"])  # worke
 
 @pytest.fixture
 def synthetic(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(backends.BACKENDS, "synthetic", search_helpers.build)
-
-
-def results(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    monkeypatch.setitem(backend_registry.BACKENDS, "synthetic", search_helpers.build)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +31,7 @@ def searched(ray_session, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A maxvar search whose keep fraction snaps to m/8: f in [0.3, 0.45] holds 3 distinct arms (m = 2, 3, 4)."""
     out = tmp_path_factory.mktemp("machinery") / "out"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(backends.BACKENDS, "synthetic", search_helpers.build)
+        patch.setitem(backend_registry.BACKENDS, "synthetic", search_helpers.build)
         cfg = search_helpers.search_cfg(
             "space=maxvar_keep",
             "space.methods.maxvar.search.f=[0.3,0.45]",
@@ -50,7 +47,7 @@ def searched(ray_session, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_control_and_arms_ran_on_identical_seed_lists(searched: Path) -> None:
     seeds: dict[str, set[int]] = {}
-    for r in results(searched):
+    for r in records(searched / "results.jsonl"):
         seeds.setdefault(r["arm_id"], set()).add(r["seed"])
     assert len(seeds) == 4  # control + the 3 distinct canonical arms; duplicates were not trained again
     assert all(s == {2, 5, 9} for s in seeds.values())
@@ -58,7 +55,7 @@ def test_control_and_arms_ran_on_identical_seed_lists(searched: Path) -> None:
 
 def test_scheduler_stops_whole_arms_never_single_seeds(searched: Path) -> None:
     last: dict[str, dict[int, int]] = {}
-    for r in results(searched):
+    for r in records(searched / "results.jsonl"):
         last.setdefault(r["label"], {})[r["seed"]] = max(r["step"], last.get(r["label"], {}).get(r["seed"], 0))
     ends = {label: set(by_seed.values()) for label, by_seed in last.items()}
     assert all(len(steps) == 1 for steps in ends.values()), ends  # every seed of an arm ends at the same step
@@ -72,7 +69,7 @@ def test_scheduler_stops_whole_arms_never_single_seeds(searched: Path) -> None:
 def test_optuna_received_paired_deltas_or_pruned_states(searched: Path) -> None:
     study = optuna.load_study(study_name=OPTUNA_STUDY, storage=f"sqlite:///{searched / 'optuna.db'}")
     rows = {}
-    for r in results(searched):
+    for r in records(searched / "results.jsonl"):
         rows[(r["label"], r["seed"], r["step"])] = r["aggregates"]["db"]
     by_f = {0.25: [], 0.375: [], 0.5: []}
     for trial in study.trials:

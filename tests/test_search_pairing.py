@@ -24,12 +24,13 @@ def repeater(
     storage: optuna.storages.BaseStorage,
     max_duplicates: int = 50,
     state_path: Path | None = None,
+    binary_rewards: bool = False,
 ) -> PairedRepeater:
     sampler = optuna.samplers.TPESampler(seed=0)
     inner = OptunaSearch(
         space=space.sampler(), metric=INNER_METRIC, mode="max", sampler=sampler, storage=storage, study_name="s"
     )
-    factory = ArmFactory(rollout_n=8, recipe_hash="r0")
+    factory = ArmFactory(rollout_n=8, recipe_hash="r0", binary_rewards=binary_rewards)
     control = factory({"method": "baseline", "params": {}})
     return PairedRepeater(
         inner,
@@ -119,6 +120,34 @@ def test_duplicate_canonical_arms_run_once_and_share_the_outcome() -> None:
     trials = optuna.load_study(study_name="s", storage=storage).trials
     assert len(trials) > 2 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     assert all(t.value == pytest.approx(t.params["gfpo.k"]) for t in trials)  # delta = k at every seed
+
+
+def test_a_suggestion_that_acts_as_the_control_is_passed_on_as_suggested_and_never_trained() -> None:
+    band = SearchSpace.from_mapping(
+        {
+            "name": "tiny",
+            "mechanism": "selection",
+            "methods": {"difffilter": {"search": {"low": [0.0, 0.2], "high": [0.9, 1.0]}}},
+        },
+        rollout_n=8,
+    )
+    storage = optuna.storages.InMemoryStorage()
+    r = repeater(band, n_arms=2, storage=storage, max_duplicates=8, binary_rewards=True)
+    seen: list[dict] = []
+    r.on_control_equivalent = seen.append
+    handed = []
+    while (cfg := r.suggest(f"t{len(handed)}")) not in (None, Searcher.FINISHED):
+        handed.append((f"t{len(handed)}", cfg))
+    trained = {cfg["arm"]["arm_id"] for _, cfg in handed}
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    # with binary rewards at n = 8 a band from below 1/8 to above 7/8 keeps every group: uniform GRPO
+    as_control = [t for t in trials if t.params["difffilter.low"] < 0.125]
+    assert as_control and [s["suggestion"] for s in seen] == [f"arm{t.number:04d}" for t in as_control]
+    for s, t in zip(seen, as_control, strict=True):
+        params = {"low": t.params["difffilter.low"], "high": t.params["difffilter.high"]}
+        label = f"difffilter(low={params['low']:.3g}, high={params['high']:.3g})"
+        assert (s["method"], s["params"], s["label"], s["arm_id"]) == ("difffilter", params, label, r.control.arm_id)
+    assert len(handed) == len(trained) * len(SEEDS) and r.control.arm_id in trained  # the control's cells once
 
 
 def test_state_survives_save_and_restore(topk: SearchSpace, tmp_path) -> None:

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from tune_dfrl.progress import Progress
-from tune_dfrl.rungs import RungDecision
-from tune_dfrl.scheduler import ArmDecision
+from tune_dfrl.rungs import ArmDecision, RungDecision
 
 
 def trial(arm_id: str, label: str, seed: int, step: int, db: float) -> SimpleNamespace:

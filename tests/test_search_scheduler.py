@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tune_dfrl.rungs import RungRule, decide
-from tune_dfrl.scheduler import CONTINUE, STOP, WAIT, PairedScheduler, RungBook, make_scheduler
+from tune_dfrl.rungs import CONTINUE, STOP, WAIT, RungBook, RungRule, decide
+from tune_dfrl.scheduler import PairedScheduler, make_scheduler
 from tune_dfrl.settings import SchedulerSettings, SearchSettings, from_mapping
 
 SEEDS = (0, 1, 2)

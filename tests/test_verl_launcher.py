@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from reliability_helpers import alive
+from reliability_helpers import alive, records
 from tune_dfrl.trainers.verl.backend import VerlBackend
 from tune_dfrl.trainers.verl.launcher import JsonlTail, MilestoneReader, VerlRunError
 from tune_dfrl.trainers.verl.recipe import VerlRecipe, default_recipe
@@ -127,8 +127,7 @@ def test_run_trial_reports_milestones_and_leaves_no_process(recipe, tmp_path):
         assert m.accuracy == pytest.approx(
             {b["name"]: 100 * accuracy(m.step, 4, 2.0, i, "arm1", 7) for i, b in enumerate(BENCHMARKS)}
         )
-    lines = (tmp_path / "ckpt" / "milestones.jsonl").read_text().splitlines()
-    assert [json.loads(line)["step"] for line in lines] == [2, 4]
+    assert [r["step"] for r in records(tmp_path / "ckpt" / "milestones.jsonl")] == [2, 4]
 
     info = json.loads((tmp_path / "ckpt" / "stand_in.json").read_text())
     assert info["cwd"] == str(tmp_path / "ckpt")
@@ -153,10 +152,6 @@ def test_run_trial_reports_milestones_and_leaves_no_process(recipe, tmp_path):
     assert len(reported) == 2 and not (tmp_path / "ckpt" / "stand_in.json").exists()
 
 
-def logged(trial_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (trial_dir / "verl_metrics.jsonl").read_text().splitlines()]
-
-
 def test_a_rerun_reports_the_milestone_checkpointed_but_never_logged(recipe, tmp_path):
     """verl saves a milestone's checkpoint before it validates and logs that step: killed in between,
     the rerun validates the checkpoint first, then trains on, no step twice."""
@@ -170,9 +165,9 @@ def test_a_rerun_reports_the_milestone_checkpointed_but_never_logged(recipe, tmp
     assert reported[0].accuracy == pytest.approx(
         {b["name"]: 100 * accuracy(2, 4, 1.0, i, "arm0", 0) for i, b in enumerate(BENCHMARKS)}
     )
-    records = logged(tmp_path / "ckpt")
-    assert [r["step"] for r in records if "timing_s/step" in r["data"]] == [3, 4]  # trained after the checkpoint only
-    assert records[0]["step"] == 2 and "timing_s/step" not in records[0]["data"]  # validation before training
+    logged = records(tmp_path / "ckpt" / "verl_metrics.jsonl")
+    assert [r["step"] for r in logged if "timing_s/step" in r["data"]] == [3, 4]  # trained after the checkpoint only
+    assert logged[0]["step"] == 2 and "timing_s/step" not in logged[0]["data"]  # validation before training
 
 
 def test_a_rerun_reports_the_milestones_logged_after_the_trial_died(recipe, tmp_path):
@@ -182,7 +177,7 @@ def test_a_rerun_reports_the_milestones_logged_after_the_trial_died(recipe, tmp_
 
     def die_at_first_milestone(milestone: Milestone) -> None:
         deadline = time.monotonic() + 30
-        while len(logged(tmp_path / "ckpt")) < 4 and time.monotonic() < deadline:
+        while len(records(tmp_path / "ckpt" / "verl_metrics.jsonl")) < 4 and time.monotonic() < deadline:
             time.sleep(0.1)
         raise RuntimeError("the trial process died")
 

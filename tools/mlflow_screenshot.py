@@ -1,16 +1,21 @@
-"""Screenshot of the MLflow UI page a search prints (its arms view) for a search's output folder.
+"""Screenshot of the MLflow UI for a search's output folder: the page the search prints (its arms view), or the
+compare view of its arm runs.
 
-    python tools/mlflow_screenshot.py OUT [--png docs/img/mlflow_runs.png] [--width 1400] [--height 900]
+    python tools/mlflow_screenshot.py OUT [--view runs|compare] [--png PNG] [--width 1400] [--height 900]
 
-Starts `mlflow server` on 127.0.0.1 at a free port over OUT/mlflow.db (artifacts OUT/mlartifacts), opens the
-URL the search printed (`tune_dfrl.tracking.runs_url`, on that port) in headless chromium with a fresh profile,
-as a first visit, saves the PNG and stops the server. Needs `chromium` on the PATH (Debian: apt-get install
-chromium). The experiment is the one in the store holding the arms view (`tune_dfrl.tracking.ARMS_VIEW`).
+Starts `mlflow server` on 127.0.0.1 at a free port over OUT/mlflow.db (artifacts OUT/mlartifacts), opens in
+headless chromium with a fresh profile, as a first visit, `--view runs` (default; PNG docs/img/mlflow_runs.png):
+the URL the search printed (`tune_dfrl.tracking.runs_url`, on that port); `--view compare` (PNG
+docs/img/mlflow_compare.png): the UI's "Compare" page of every arm parent run (`tune_dfrl.role=arm`), the control
+first, then the arms in the order the search tried them, as the runs table's Compare button opens it; saves the PNG
+and stops the server. Needs `chromium` on the PATH (Debian: apt-get install chromium). The experiment is the one in
+the store holding the arms view (`tune_dfrl.tracking.ARMS_VIEW`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -19,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,7 +32,7 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-from tune_dfrl.tracking import ARMS_VIEW, SAVED_VIEW_TAG, runs_url
+from tune_dfrl.tracking import ARMS_VIEW, ROLE, SAVED_VIEW_TAG, runs_url
 
 SERVER_START_S = 180.0
 CHROMIUM_FLAGS = (
@@ -56,6 +62,20 @@ def arms_experiment(tracking_uri: str) -> str:
         names = ", ".join(e.name for e in experiments)
         raise SystemExit(f"{tracking_uri}: expected one experiment of a search, found {len(found)} among: {names}")
     return found[0]
+
+
+def arm_runs(tracking_uri: str, experiment_id: str) -> list[str]:
+    """The ids of the experiment's arm parent runs, in the order they were created (the control first)."""
+    runs = MlflowClient(tracking_uri).search_runs(
+        [experiment_id], f"tags.`{ROLE}` = 'arm'", max_results=1000, order_by=["attributes.start_time ASC"]
+    )
+    return [r.info.run_id for r in runs]
+
+
+def compare_url(served: str, experiment_id: str, run_ids: list[str]) -> str:
+    """The UI's Compare page of `run_ids` (MLflow 3.17.2: `#/compare-runs?runs=[...]&experiments=[...]`, JSON)."""
+    runs, experiments = (urllib.parse.quote(json.dumps(v, separators=(",", ":"))) for v in (run_ids, [experiment_id]))
+    return f"{served}/#/compare-runs?runs={runs}&experiments={experiments}"
 
 
 def wait_until_up(url: str, server: subprocess.Popen, timeout_s: float) -> None:
@@ -124,7 +144,8 @@ def mlflow_server(out: Path) -> Iterator[str]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="a search's output folder (holds mlflow.db and mlartifacts/)")
-    parser.add_argument("--png", type=Path, default=Path("docs/img/mlflow_runs.png"))
+    parser.add_argument("--view", choices=("runs", "compare"), default="runs", help="the arms view or Compare page")
+    parser.add_argument("--png", type=Path, help="default docs/img/mlflow_runs.png or docs/img/mlflow_compare.png")
     parser.add_argument("--width", type=int, default=1400)
     parser.add_argument("--height", type=int, default=900)
     parser.add_argument("--wait-ms", type=int, default=20000, help="page time before the screenshot")
@@ -132,11 +153,16 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out.absolute()
     if not (out / "mlflow.db").exists():
         raise SystemExit(f"no MLflow store at {out / 'mlflow.db'}")
-    experiment_id = arms_experiment(f"sqlite:///{out / 'mlflow.db'}")
+    store = f"sqlite:///{out / 'mlflow.db'}"
+    experiment_id = arms_experiment(store)
+    png = args.png or Path(f"docs/img/mlflow_{args.view}.png")
     with mlflow_server(out) as served:
-        url = runs_url(served, experiment_id)
-        screenshot(url, args.png, args.width, args.height, args.wait_ms)
-    print(f"{url}\n-> {args.png}")
+        if args.view == "runs":
+            url = runs_url(served, experiment_id)
+        else:
+            url = compare_url(served, experiment_id, arm_runs(store, experiment_id))
+        screenshot(url, png, args.width, args.height, args.wait_ms)
+    print(f"{url}\n-> {png}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 The control arm comes first, at every seed; each arm the inner `OptunaSearch` suggests is then
 fanned out to the *same* explicit seed list. One Optuna trial = one distinct arm: suggestions whose
-canonical arm id was already seen are not trained again and receive the first one's outcome.
+canonical arm id was already seen are not trained again and receive the first one's outcome; one that acts
+as the control is also passed, as suggested, to `on_control_equivalent` (the driver records it).
 Scores and cell ends go to one `PairedLedger`; what Optuna is told (intermediate mean paired
 deltas, then COMPLETE / PRUNED / FAIL) is decided by `tune_dfrl.feedback.OptunaFeedback`, and
 passed on here to every inner trial of the arm.
@@ -40,6 +41,7 @@ from tune_dfrl.ledger import FAILED, PairedLedger
 from tune_dfrl.resume import save_atomically
 from tune_dfrl.seed_batches import SeedBatches
 from tune_dfrl.sequential import SequentialRule
+from tune_dfrl.spaces import arm_label
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +75,12 @@ class PairedRepeater(Searcher):
         sequential: SequentialRule | None = None,
         on_look: Callable[[dict[str, Any]], None] | None = None,
         while_waiting: Callable[[], None] | None = None,
+        on_control_equivalent: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         super().__init__(metric=metric, mode="max")
         self.state_path = state_path
         self.on_look = on_look
+        self.on_control_equivalent = on_control_equivalent
         self.while_waiting = while_waiting  # runs whenever suggest has nothing to give (Tune may be waiting on it)
         self.searcher = searcher
         self._make_arm = make_arm
@@ -147,7 +151,7 @@ class PairedRepeater(Searcher):
         self._persist()
 
     def get_state(self) -> dict[str, Any]:
-        skip = ("searcher", "_make_arm", "state_path", "on_look", "while_waiting")
+        skip = ("searcher", "_make_arm", "state_path", "on_look", "while_waiting", "on_control_equivalent")
         return {k: v for k, v in self.__dict__.items() if k not in skip}
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -243,10 +247,22 @@ class PairedRepeater(Searcher):
         for _ in range(self.max_duplicates):
             inner_id = f"arm{self._suggested:04d}"
             self._suggested += 1
-            arm = self._make_arm(self.searcher.suggest(inner_id))
+            suggestion = self.searcher.suggest(inner_id)
+            arm = self._make_arm(suggestion)
             if arm.arm_id not in self.arms:
                 return self._enqueue(arm, inner_id)
             log.info("suggestion %s duplicates arm %s (%s): not trained again", inner_id, arm.arm_id, arm.label)
+            if arm.arm_id == self.control.arm_id and self.on_control_equivalent is not None:
+                method, params = suggestion["method"], dict(suggestion.get("params") or {})
+                self.on_control_equivalent(
+                    {
+                        "suggestion": inner_id,
+                        "method": method,
+                        "params": params,
+                        "label": arm_label(method, params),
+                        "arm_id": arm.arm_id,
+                    }
+                )
             self._optuna_ids.setdefault(arm.arm_id, []).append(inner_id)
             self.feedback.add(arm.arm_id)  # the control, suggested again, is judged against itself (0)
             for step, value in self.feedback.intermediate.get(

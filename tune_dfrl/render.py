@@ -23,7 +23,7 @@ from rich.console import Console  # noqa: E402
 from rich.markup import escape  # noqa: E402
 from rich.table import Table as RichTable  # noqa: E402
 
-from tune_dfrl.schema import ArmStats, Recommendation, Summary  # noqa: E402
+from tune_dfrl.schema import EQUIVALENT, ArmStats, Recommendation, Summary  # noqa: E402
 from tune_dfrl.scores import ScoreTable  # noqa: E402
 
 VERDICT_COLORS = {"better": "#1a9850", "worse": "#d73027", "equivalent": "#4575b4", "inconclusive": "#7f7f7f"}
@@ -151,7 +151,7 @@ def status_table(summary: Summary) -> Table:
 
 def _family(summary: Summary) -> str:
     """The Holm family in words, naming its arms when the search's statuses are known."""
-    named = [arm for arm, s in summary.statuses.items() if s.status != "control"]
+    named = [arm for arm, s in summary.statuses.items() if s.status not in ("control", EQUIVALENT)]
     return f"{summary.holm_family} arm(s)" + (f": {', '.join(named)}" if named else "")
 
 

@@ -21,6 +21,7 @@ of an arm without a control run are ignored and listed in `notes`.
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ import pandas as pd
 from tune_dfrl.ledger import PairedLedger
 from tune_dfrl.render import print_summary, write_report
 from tune_dfrl.schema import (
+    EQUIVALENT,
     SCORE,
     ArmStatus,
     Recommendation,
@@ -401,9 +403,11 @@ def analyze_search(table: ScoreTable, record: SearchRecord, **options: Any) -> S
     Every arm the search tried gets an `ArmStatus`: the control; analysed (ran the full budget on >= 2 seeds shared
     with the control); excluded (fewer); stopped at a rung (figures at the rung: paired Δ over the seeds both
     reached, unadjusted (1 - alpha) interval); failed (every seed it ran failed after its last retry; its
-    milestones are dropped, like those of every failed cell). The Holm family m is every searched arm, whatever its
-    status. The rule is the search's: fixed seeds -> the Holm-adjusted fixed-sample analysis decides; seeds=auto ->
-    the group-sequential looks decide (valid under optional stopping) and the fixed-sample figures are descriptive.
+    milestones are dropped, like those of every failed cell); control-equivalent (a suggestion whose canonical form
+    is the control, never trained: `record.equivalents`). The Holm family m is every searched arm, whatever its
+    status; a control-equivalent suggestion is no arm (it tests nothing). The rule is the search's: fixed seeds ->
+    the Holm-adjusted fixed-sample analysis decides; seeds=auto -> the group-sequential looks decide (valid under
+    optional stopping) and the fixed-sample figures are descriptive.
     `options` (aggregations, delta, alpha, seed, flip_k; None: the search's) other than the search's make a
     re-render, named in `rerender`; with none, the analysis is the search's own, number for number.
     """
@@ -459,6 +463,11 @@ def analyze_search(table: ScoreTable, record: SearchRecord, **options: Any) -> S
     recommendation = summary.recommendation
     if record.sequential:
         statuses, recommendation = _sequential_answer(record.looks, statuses, summary, names, primary)
+    for label, times in Counter(r["label"] for r in record.equivalents).items():
+        why = f"acts exactly as the control {control!r} (canonical form); suggested {times} time(s)"
+        statuses.setdefault(
+            label, ArmStatus(EQUIVALENT, f"{EQUIVALENT} (never trained)", EQUIVALENT, control_id, reason=why)
+        )
     return replace(
         summary,
         recommendation=recommendation,

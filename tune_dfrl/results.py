@@ -17,9 +17,13 @@ OUT/stops.jsonl: one line per arm the paired scheduler stopped at a rung:
     {"arm_id", "step" (the rung), "seeds" (the seeds decided on), "reason" (with the interval that stopped it),
      "leader" (arm id of the rung leader), "attempt"}
 
+OUT/control_equivalent.jsonl: one line per suggestion whose canonical form is the control (never trained):
+    {"suggestion" (the searcher's inner trial id), "method", "params" (as suggested), "label", "arm_id" (the
+     control's), "attempt"}
+
 `SearchRecord` is what a search recorded besides its milestones, the input of the search's analysis
 (`tune_dfrl.report.analyze_search`) together with the score table: the plan (search.json), the failures,
-the stops and, with `seeds=auto`, the looks (sequential.json). The same files travel to MLflow
+the stops, the control-equivalent suggestions and, with `seeds=auto`, the looks (sequential.json). The same files travel to MLflow
 (`tune_dfrl.tracking`), so a search analysed from its experiment gives the same answer.
 """
 
@@ -40,17 +44,21 @@ from tune_dfrl.ledger import PairedLedger
 from tune_dfrl.schema import RESULT_PREFIXES
 
 PLAN, FAILURES, STOPS, LOOKS = "search.json", "failures.jsonl", "stops.jsonl", "sequential.json"
-RECORD_FILES = (PLAN, FAILURES, STOPS, LOOKS)  # a search's record, besides results.jsonl and benchmarks.json
+EQUIVALENTS = "control_equivalent.jsonl"
+# a search's record, besides results.jsonl and benchmarks.json
+RECORD_FILES = (PLAN, FAILURES, STOPS, EQUIVALENTS, LOOKS)
 
 
 @dataclass(frozen=True)
 class SearchRecord:
-    """What a search recorded besides its milestones (module docstring): plan, failures, stops, looks."""
+    """What a search recorded besides its milestones (module docstring): plan, failures, stops, looks, and the
+    suggestions that canonicalised to the control."""
 
     plan: dict[str, Any]
     failures: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     stops: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     looks: dict[str, Any] | None = None  # seeds=auto: the sequential history
+    equivalents: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @classmethod
     def read(cls, folder: Path) -> SearchRecord | None:
@@ -63,6 +71,7 @@ class SearchRecord:
             read_records(folder / FAILURES),
             read_records(folder / STOPS),
             json.loads(looks.read_text()) if looks.exists() else None,
+            read_records(folder / EQUIVALENTS),
         )
 
     @property
@@ -181,6 +190,11 @@ class ResultsLog(Callback):
                     "attempt": self.attempt,
                 },
             )
+
+    def note_control_equivalent(self, suggestion: Mapping[str, Any]) -> None:
+        """A suggestion the searcher did not train because it acts as the control: a line of
+        OUT/control_equivalent.jsonl."""
+        append_record(self.path.with_name(EQUIVALENTS), {**suggestion, "attempt": self.attempt})
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         arm, seed = trial.config["arm"], int(trial.config["seed"])

@@ -1,4 +1,6 @@
-"""The rung decision of the paired scheduler: paired deltas in, keep or stop one arm out.
+"""The paired scheduler's rules, pure and Ray-free: `decide` (paired deltas in, keep or stop one arm out) and
+`RungBook` (the per-arm bookkeeping that gathers the deltas, asks `decide` and says what each trial does next).
+`tune_dfrl.scheduler` is the Ray Tune glue around them.
 
 A rung is an evaluation milestone before the last, at or after `grace_fraction` of training
 (`RungRule.rungs`). When an arm reaches a rung, the scheduler
@@ -37,11 +39,12 @@ most misleading milestones stopped the truly best arm in about 1 campaign of 5.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from tune_dfrl.ledger import FAILED, PairedLedger
 from tune_dfrl.settings import PAIRED_SCHEDULERS, OneOf, SchedulerSettings, check_fields, checked
 from tune_dfrl.stats import paired_interval
 
@@ -129,3 +132,114 @@ def decide(candidate: str, deltas: Mapping[str, Mapping[int, float]], rule: Rung
     if high < 0.0:
         return RungDecision(False, f"credibly worse than the leader: {interval}", leader)
     return RungDecision(True, f"not credibly worse than the leader: {interval}", leader)
+
+
+CONTINUE, WAIT, STOP = "continue", "wait", "stop"
+
+
+@dataclass(frozen=True)
+class ArmDecision:
+    """One rung decision: arm `arm` at rung step `rung`, with the seeds it was decided on."""
+
+    arm: str
+    rung: int
+    seeds: tuple[int, ...]
+    decision: RungDecision
+
+
+class RungBook:
+    """Pure per-arm rung bookkeeping over a `PairedLedger`: scores in, rung decisions and per-trial actions out.
+
+    For a searched arm A at rung r, the decision waits until A has a score at r for every seed of the search and
+    the control has a score at r for those same seeds (seeds whose trial failed, for A or for the control, are
+    left out). Then d[A][s] = score(A, s, r) - score(control, s, r) and `decide(A, deltas_r, rule)` decides once,
+    where deltas_r holds every arm decided at r before A (asynchronous ASHA), A itself, and the control with d = 0
+    at each of its seeds, so an arm credibly worse than uniform GRPO stops too. The control is never stopped and
+    never waits. An arm left with no seed to pair (its own trials, or the control's, all failed) is stopped at
+    once, so no trial waits for a decision that can never be made."""
+
+    def __init__(self, rule: RungRule, rungs: Iterable[int], control: str, seeds: Iterable[int]) -> None:
+        self.rule = rule
+        self.rungs = tuple(sorted(rungs))
+        self.control = control
+        self.seeds = tuple(seeds)
+        self.ledger = PairedLedger(control)  # scores (first of a milestone kept) and the failed cells
+        self.decisions: dict[tuple[str, int], ArmDecision] = {}  # (arm, rung) -> decision
+        self._decided_at: dict[int, list[str]] = {rung: [] for rung in self.rungs}  # rung -> arms, in order
+
+    def observe(self, arm: str, seed: int, step: int, score: float) -> list[ArmDecision]:
+        """Record score(arm, seed, step); return the rung decisions this made possible."""
+        self.ledger.record(arm, seed, step, score)
+        return self._decide_ready()
+
+    def fail(self, arm: str, seed: int) -> list[ArmDecision]:
+        """Leave (arm, seed) out from now on (its trial failed); return the decisions this made possible."""
+        self.ledger.end(arm, seed, FAILED)
+        return self._decide_ready()
+
+    def action(self, arm: str, step: int) -> str:
+        """What a trial of `arm` that has reached `step` does next: CONTINUE, WAIT or STOP."""
+        if arm == self.control:
+            return CONTINUE
+        passed = [rung for rung in self.rungs if rung <= step]
+        if any(not self.decisions[(arm, rung)].decision.keep for rung in passed if (arm, rung) in self.decisions):
+            return STOP
+        if any((arm, rung) not in self.decisions for rung in passed):
+            return WAIT
+        return CONTINUE
+
+    def stopped(self, arm: str) -> ArmDecision | None:
+        """The decision that stopped `arm`, or None while it runs."""
+        return next((d for d in self.decisions.values() if d.arm == arm and not d.decision.keep), None)
+
+    def _seeds_for(self, arm: str) -> tuple[int, ...]:
+        left_out = self.ledger.seeds_ended(arm, FAILED) | self.ledger.seeds_ended(self.control, FAILED)
+        return tuple(seed for seed in self.seeds if seed not in left_out)
+
+    def _decide_ready(self) -> list[ArmDecision]:
+        made: list[ArmDecision] = []
+        for rung in self.rungs:
+            for arm in self.ledger.arms():
+                earlier_open = any((arm, earlier) not in self.decisions for earlier in self.rungs if earlier < rung)
+                if arm == self.control or (arm, rung) in self.decisions or earlier_open or self.stopped(arm):
+                    continue
+                seeds = self._seeds_for(arm)
+                if not seeds:
+                    made.append(self._unpaired(arm, rung))
+                elif len(self.ledger.paired_deltas(arm, rung, seeds)) == len(seeds):
+                    made.append(self._decide(arm, rung, seeds))
+        return made
+
+    def _unpaired(self, arm: str, rung: int) -> ArmDecision:
+        """Stop an arm that has no seed left to pair with the control (its or the control's trials all failed)."""
+        failed = {
+            who: sorted(self.ledger.seeds_ended(of, FAILED))
+            for who, of in (("this arm", arm), ("the control", self.control))
+        }
+        which = "; ".join(f"{who} failed at seeds {seeds}" for who, seeds in failed.items() if seeds)
+        decided = ArmDecision(
+            arm, rung, (), RungDecision(False, f"no seed left to pair with the control ({which})", None)
+        )
+        self.decisions[(arm, rung)] = decided
+        return decided
+
+    def retry_failed(self) -> None:
+        """Forget the failed seeds and the decisions that had no seed to pair (a resume runs those cells again)."""
+        for arm in self.ledger.arms():
+            for seed in self.ledger.seeds_ended(arm, FAILED):
+                self.ledger.reopen(arm, seed)
+        self.decisions = {key: d for key, d in self.decisions.items() if d.seeds}
+
+    def _decide(self, arm: str, rung: int, seeds: tuple[int, ...]) -> ArmDecision:
+        """decide() on the paired deltas at `rung` of the arms decided there before (on their own seeds), `arm`, and
+        the control (0 at each of its seeds)."""
+        table = {
+            other: self.ledger.paired_deltas(other, rung, self.decisions[(other, rung)].seeds)
+            for other in self._decided_at[rung]
+        }
+        table[arm] = self.ledger.paired_deltas(arm, rung, seeds)
+        table[self.control] = dict.fromkeys(self.ledger.scores(self.control, rung), 0.0)
+        decided = ArmDecision(arm, rung, seeds, decide(arm, table, self.rule))
+        self.decisions[(arm, rung)] = decided
+        self._decided_at[rung].append(arm)
+        return decided

@@ -209,12 +209,16 @@ class CurvePoint:
     n: int
 
 
+EQUIVALENT = "control-equivalent"  # the status of a suggestion whose canonical form is the control (never trained)
+
+
 @dataclass(frozen=True)
 class ArmStatus:
     """How one arm of a search ended, and its answer under the search's rule (`tune_dfrl.report.analyze_search`).
 
-    `status`: control | analysed | stopped | failed | excluded; `text` says it in words ("stopped at step 20");
-    `verdict`: the answer (fixed rule: better | worse | equivalent | inconclusive; sequential rule: the last look's
+    `status`: control | analysed | stopped | failed | excluded | control-equivalent (`EQUIVALENT`: a suggestion
+    that acts as the control, keyed by its label as suggested, `arm_id` the control's); `text` says it in words
+    ("stopped at step 20"); `verdict`: the answer (fixed rule: better | worse | equivalent | inconclusive; sequential rule: the last look's
     better | worse | futile | open, or out), else the status. Figures on the primary aggregation at `step`, over
     `seeds`: the arm's mean and its paired Δ against the control with the interval at `level` that the answer
     rests on (fixed: Holm-adjusted; sequential: the repeated confidence interval at the common level; stopped: the

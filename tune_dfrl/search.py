@@ -3,11 +3,12 @@
 One search = the control arm and up to `arms` searched arms, each trained at the same explicit
 seeds (one Ray Tune trial per (arm, seed)); arms are suggested by Optuna through the
 `PairedRepeater` and continued or stopped together by the paired scheduler; every milestone goes
-to OUT/results.jsonl and MLflow; the paired-CI report ends it. Three stages, one module each:
+to OUT/results.jsonl and MLflow; the paired-CI report ends it. Three stages, one module each, conducted here
+(`run_search`), each taking and returning typed objects; the plan is built once per search:
 
     tune_dfrl.search_plan     settings, paths and services checked; nothing written   -> Plan
-    tune_dfrl.search_run      folder lock, Ray Tune with the paired searcher and scheduler
-    tune_dfrl.search_finish   the report on results.jsonl
+    tune_dfrl.search_run      folder lock, Ray Tune with the paired searcher and scheduler   Plan -> Trained
+    tune_dfrl.search_finish   the report on results.jsonl                              Plan, Trained -> Summary
 
 `dry_run=true` checks everything a search would before its first trial (stage 1 and the calibration
 smoke test), prints the plan and the first trial's command, and exits 0: no Ray, no training, nothing
@@ -39,7 +40,8 @@ from __future__ import annotations
 
 import sys
 
-from tune_dfrl.search_finish import SearchFailed
+from tune_dfrl.schema import Summary
+from tune_dfrl.search_finish import SearchFailed, finish
 from tune_dfrl.search_plan import (
     Plan,
     SearchError,
@@ -49,30 +51,39 @@ from tune_dfrl.search_plan import (
     register_configs,
     save_plan,
 )
-from tune_dfrl.search_run import OPTUNA_STUDY, Interrupted, calibrate, run_search
+from tune_dfrl.search_run import OPTUNA_STUDY, Interrupted, calibrate, holding, train
 
 __all__ = ["OPTUNA_STUDY", "Plan", "SearchError", "plan_search", "register_configs", "run_search", "save_plan"]
 
 
+def run_search(plan: Plan) -> Summary:
+    """Run a planned search to the end, holding its folder: train, then report; returns the report summary (also in
+    OUT/summary.json)."""
+    with holding(plan):
+        return finish(plan, train(plan))
+
+
 def main() -> None:
     """The CLI: the overrides are composed and planned first (exit 2 on bad input), then Hydra runs the search.
-    (With a Hydra flag, e.g. `--help` or `--cfg job`, Hydra alone handles the command line.)"""
+    (With a Hydra flag, e.g. `--help`, `--cfg job` or `--multirun`, Hydra alone handles the command line, and each
+    job is planned from its config.)"""
     import hydra
     from omegaconf import OmegaConf
 
     register_configs()
+    planned: Plan | None = None
     if not any(a.startswith("-") for a in sys.argv[1:]):
         try:
-            plan = plan_search(compose(sys.argv[1:]))  # every key, value, path and service, before anything starts
-            if plan.dry_run:
-                dry_run(plan)
+            planned = plan_search(compose(sys.argv[1:]))  # every key, value, path and service, before anything starts
+            if planned.dry_run:
+                dry_run(planned)
         except ValueError as error:
             _exit(2, f"error: {error}")
 
     @hydra.main(config_path="pkg://tune_dfrl.conf", config_name="search", version_base="1.3")
     def run(cfg: object) -> None:
         try:
-            plan = plan_search(OmegaConf.to_container(cfg, resolve=True))
+            plan = planned if planned is not None else plan_search(OmegaConf.to_container(cfg, resolve=True))
             if plan.dry_run:
                 dry_run(plan)
             run_search(plan)

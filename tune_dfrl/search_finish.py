@@ -10,51 +10,46 @@ says so in one line: results.jsonl is complete, `python -m tune_dfrl.report runs
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
+from tune_dfrl.guarded import Guarded
 from tune_dfrl.schema import Summary
 from tune_dfrl.search_plan import Plan
-from tune_dfrl.tracking import browse_lines
+from tune_dfrl.search_run import Trained
+from tune_dfrl.tracking import SearchTracker, browse_lines
 
 
 class SearchFailed(RuntimeError):
     """The search ended without a report; the message says why and what to run next."""
 
 
-def resume_hint(out: Path, extra: str = "") -> str:
-    return f"run the same command with resume=true{extra} out={out}"
-
-
-def finish(plan: Plan, tracker: Any, scheduler: Any, results_log: Any, searcher: Any) -> Summary:
+def finish(plan: Plan, trained: Trained) -> Summary:
     """Report the search (OUT/report, OUT/summary.json, MLflow), or raise SearchFailed saying what to do."""
-    results = plan.out / "results.jsonl"
-    if results_log.error is not None:
-        tracker.call("close", "KILLED")
+    results, tracker = plan.out / "results.jsonl", trained.tracker
+    if trained.results_error is not None:
+        tracker.call(tracker.inner.close, "KILLED")
         raise SearchFailed(
-            f"{results} could not be written ({results_log.error}); every cell kept its milestones: "
-            f"fix the cause, then {resume_hint(plan.out)} to write the missing lines and the report"
+            f"{results} could not be written ({trained.results_error}); every cell kept its milestones: "
+            f"fix the cause, then {plan.resume_hint()} to write the missing lines and the report"
         )
-    if searcher.control_failed():
-        tracker.call("close", "FAILED")
+    if trained.control_failed:
+        tracker.call(tracker.inner.close, "FAILED")
         raise SearchFailed(
             f"every control seed failed (see {plan.out / 'failures.jsonl'}), so no arm could be compared; "
-            f"fix the cause, then {resume_hint(plan.out, ' retry_failed=true')} to train them again"
+            f"fix the cause, then {plan.resume_hint(' retry_failed=true')} to train them again"
         )
     try:
         return _report(plan, tracker)
     except SearchFailed:
-        tracker.call("close", "FINISHED")
+        tracker.call(tracker.inner.close, "FINISHED")
         raise
     except Exception as error:  # noqa: BLE001 - training is over and recorded: say how to report it again
-        tracker.call("close", "FINISHED")
+        tracker.call(tracker.inner.close, "FINISHED")
         raise SearchFailed(
             f"the report failed ({type(error).__name__}: {error}); training is complete and {results} "
             f"holds every milestone: `python -m tune_dfrl.report runs={plan.out}` re-renders the report"
         ) from error
 
 
-def _report(plan: Plan, tracker: Any) -> Summary:
+def _report(plan: Plan, tracker: Guarded[SearchTracker]) -> Summary:
     """Analyse the folder; save, log and print the report (no report/ folder when no arm ran its full budget)."""
     from tune_dfrl.report import NothingToCompare, analyze_search, print_summary, write_report
     from tune_dfrl.results import SearchRecord
@@ -67,12 +62,12 @@ def _report(plan: Plan, tracker: Any) -> Summary:
         see = f"see {plan.out / 'failures.jsonl'}"
         raise SearchFailed(
             f"{nothing.what} ({f'{nothing.why}; {see}' if nothing.why else see}); fix the cause, "
-            f"then {resume_hint(plan.out, ' retry_failed=true')} to train the failed cells again"
+            f"then {plan.resume_hint(' retry_failed=true')} to train the failed cells again"
         ) from None
     report_dir = plan.out / "report" if summary.arms else None
     paths = write_report(summary, table, report_dir) if report_dir else {}
     (plan.out / "summary.json").write_text(summary.to_json())
-    tracker.call("finish", summary, report_dir, plan.out)
+    tracker.call(tracker.inner.finish, summary, report_dir, plan.out)
     print_summary(summary)
     if paths:
         print(f"report:  {paths['markdown']}")

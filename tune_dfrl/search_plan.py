@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from tune_dfrl.backend import ArmSpec, Backend
-from tune_dfrl.backends import backend_errors, get_backend
+from tune_dfrl.backend_registry import backend_errors, get_backend
 from tune_dfrl.control_cache import default_cache_root
 from tune_dfrl.resume import LOCK, check_folder_free, describe_differences
 from tune_dfrl.schema import BUILTIN_AGGREGATIONS, SCORE
@@ -63,7 +63,7 @@ class SearchError(ValueError):
 
 @dataclass(frozen=True)
 class Plan:
-    """A validated search: everything `run_search` needs, nothing written yet."""
+    """A validated search: everything the run and the finish need, nothing written yet."""
 
     space: SearchSpace
     seeds: tuple[int, ...]
@@ -104,6 +104,10 @@ class Plan:
     def total_cells(self) -> int:
         """Cells of the search (under seeds=auto the most it may run)."""
         return (self.n_arms + 1) * len(self.possible_seeds)
+
+    def resume_hint(self, extra: str = "") -> str:
+        """What to run to continue this search; `extra`: more overrides (e.g. " retry_failed=true")."""
+        return f"run the same command with resume=true{extra} out={self.out}"
 
     def describe(self) -> dict[str, Any]:
         """The plan as JSON-able settings (search.json, MLflow params)."""

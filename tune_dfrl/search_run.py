@@ -1,10 +1,11 @@
 """Stage 2 of a search, the run: hold the output folder, start Ray Tune with the paired searcher and scheduler,
-record every milestone; then hand over to the report (`tune_dfrl.search_finish`).
+record every milestone; `train` returns what the report (`tune_dfrl.search_finish`) needs as a `Trained`.
 
-Order: the calibration smoke test (it writes nothing in OUT); the folder lock
-(`tune_dfrl.resume.hold_folder`), before anything else is written; repair of torn last lines in
-the append-only logs; search.json, the attempt, benchmarks.json; the backend's preparation; the callbacks (results log, MLflow, control
-cache, progress), each `Guarded` so that nothing it writes can fail a trial; then `Tuner.fit`.
+Order: `holding` runs the calibration smoke test (it writes nothing in OUT), then takes the folder lock
+(`tune_dfrl.resume.hold_folder`), before anything else is written, until the search ends; `train` repairs torn
+last lines in the append-only logs; writes search.json, the attempt, benchmarks.json; prepares the backend; builds
+the callbacks (results log, MLflow, control cache, progress), each `Guarded` so that nothing it writes can fail a
+trial; then runs `Tuner.fit`.
 
 SIGINT (Ctrl-C, to the driver or its process group) and SIGTERM raise `Interrupted` in the driver
 (inside `Tuner.fit`, at Tune's next step):
@@ -22,22 +23,25 @@ import signal
 import threading
 import time
 import warnings
-from dataclasses import asdict
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 from ray.tune import Callback
 
 from tune_dfrl.backend import Backend, BenchmarkInfo
-from tune_dfrl.backends import backend_errors
+from tune_dfrl.backend_registry import backend_errors
 from tune_dfrl.control_cache import ControlCache
 from tune_dfrl.guarded import Guarded
 from tune_dfrl.results import read_records, repair_log, write_records
 from tune_dfrl.resume import attempts_log, hold_folder, start_attempt, state_dir
-from tune_dfrl.schema import Summary
-from tune_dfrl.search_finish import finish, resume_hint
 from tune_dfrl.search_plan import OPTUNA_DB, Plan, SearchError, check_out, save_plan
 from tune_dfrl.seed_batches import HISTORY_FILE
 from tune_dfrl.trial import MILESTONES, cell_dir
+
+if TYPE_CHECKING:
+    from tune_dfrl.tracking import SearchTracker
 
 OPTUNA_STUDY = "tune_dfrl"  # study name in OUT/optuna.db: one trial per distinct arm, valued by its mean paired delta
 CLOSE_TIMEOUT_S = 10.0  # the most an interrupted driver waits for MLflow to mark its runs KILLED
@@ -49,7 +53,7 @@ class Interrupted(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
-        self.hint = "run the same command with resume=true"  # completed with OUT by `run_search`
+        self.hint = "run the same command with resume=true"  # completed with OUT by `holding`
 
 
 class _Signals:
@@ -106,26 +110,38 @@ def calibrate(backend: Backend) -> None:
         raise SearchError(f"calibration smoke test failed; refusing to start the search:\n  {lines}")
 
 
-def run_search(plan: Plan) -> Summary:
-    """Run a planned search to the end; returns the report summary (also in OUT/summary.json)."""
+@dataclass(frozen=True)
+class Trained:
+    """What the run hands to the finish."""
+
+    tracker: Guarded[SearchTracker]  # the MLflow runs, still open
+    results_error: str | None  # why OUT/results.jsonl misses lines (None: it holds every milestone)
+    control_failed: bool  # every control seed failed
+
+
+@contextmanager
+def holding(plan: Plan) -> Iterator[None]:
+    """Calibrate, then hold the output folder while the block runs; SIGINT and SIGTERM raise `Interrupted` (its
+    hint says how to resume) until the block ends."""
     replaced = handle_interrupts()
     try:
         calibrate(plan.backend)  # writes nothing in OUT
         lock = hold_folder(plan.out)
         try:
             check_out(plan)  # again, holding the folder: another driver may have started a search here since planning
-            return _run(plan)
+            yield
         finally:
             os.close(lock)
     except Interrupted as interrupted:
-        interrupted.hint = resume_hint(plan.out)
+        interrupted.hint = plan.resume_hint()
         raise
     finally:
         for sig, handler in replaced.items():
             signal.signal(sig, handler)
 
 
-def _run(plan: Plan) -> Summary:
+def train(plan: Plan) -> Trained:
+    """Train the planned search in its held folder (`holding`) until the searcher ends it."""
     import optuna
     import ray
     from ray import tune
@@ -190,8 +206,8 @@ def _run(plan: Plan) -> Summary:
 
     def on_decision(decided: Any) -> None:
         progress.note_decision(decided)
-        results_log.call("note_decision", decided)
-        tracker.call("note_decision", decided)
+        results_log.call(results_log.inner.note_decision, decided)
+        tracker.call(tracker.inner.note_decision, decided)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -211,7 +227,10 @@ def _run(plan: Plan) -> Summary:
 
     def on_look(history: dict[str, Any]) -> None:
         (out / HISTORY_FILE).write_text(json.dumps(history, indent=2))
-        tracker.call("note_look", history)
+        tracker.call(tracker.inner.note_look, history)
+
+    def on_control_equivalent(suggestion: dict[str, Any]) -> None:
+        results_log.call(results_log.inner.note_control_equivalent, suggestion)
 
     searcher = PairedRepeater(
         inner,
@@ -225,6 +244,7 @@ def _run(plan: Plan) -> Summary:
         state_path=state / "searcher.pkl",
         sequential=plan.sequential,
         on_look=on_look,
+        on_control_equivalent=on_control_equivalent,
     )
     scheduler = make_scheduler(
         plan.scheduler,
@@ -251,7 +271,7 @@ def _run(plan: Plan) -> Summary:
         on_wait=raise_if_signalled,
     )
     searcher.while_waiting = watch.while_waiting
-    callbacks = [RaiseOnSignal(), watch, results_log, tracker, shown_progress]
+    callbacks = [RaiseOnSignal(), watch, watch.lost_nodes, results_log, tracker, shown_progress]
     if plan.control_cache is not None:
         cache = ControlCache(
             plan.control_cache, plan.backend_name, plan.make_arm.recipe_hash, plan.control.arm_id, plan.milestones
@@ -311,12 +331,12 @@ def _run(plan: Plan) -> Summary:
         _Signals.deferred = False
         if started_ray:
             ray.shutdown()
-    return finish(plan, tracker, scheduler, results_log, searcher)
+    return Trained(tracker, results_log.error, searcher.control_failed())
 
 
-def _close_within(tracker: Guarded, status: str, timeout_s: float) -> None:
+def _close_within(tracker: Guarded[SearchTracker], status: str, timeout_s: float) -> None:
     """End the MLflow runs with `status`, waiting at most `timeout_s` (a resume reopens runs left RUNNING)."""
-    closing = threading.Thread(target=tracker.call, args=("close", status), daemon=True)
+    closing = threading.Thread(target=tracker.call, args=(tracker.inner.close, status), daemon=True)
     closing.start()
     closing.join(timeout_s)
     if closing.is_alive():

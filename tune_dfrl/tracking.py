@@ -33,6 +33,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from ray.tune import Callback
@@ -41,12 +42,13 @@ from tune_dfrl.backend import BenchmarkInfo
 from tune_dfrl.ledger import PairedLedger
 from tune_dfrl.results import RECORD_FILES, SearchRecord
 from tune_dfrl.scheduler import ArmDecision
-from tune_dfrl.schema import RESULT_PREFIXES, SCORE, Summary
+from tune_dfrl.schema import EQUIVALENT, RESULT_PREFIXES, SCORE, Summary
 from tune_dfrl.scores import BenchmarkSet, ScoreTable, load_mlflow
 
 ROLE = "tune_dfrl.role"
 RECORD = "record"  # the search run's artifact folder holding the search's record (`results.RECORD_FILES`)
 CURVE = "curve/"  # prefix of an arm run's step series
+VERDICTS = "verdicts.json"  # the search run's table of every arm's status and answer
 FIGURES = ("paired_delta", "ci_low", "ci_high", "ci_level", "mean")  # an arm's final figures, suffixed _<agg>
 MAX_PARAM_CHARS = 6000
 MAX_RUNS = 50000  # runs of one experiment read back on resume
@@ -316,14 +318,14 @@ class SearchTracker(Callback):
         the search run the record of `out` (`record/`, what `load_search` reads back), the report, the verdict table
         and the recommendation; then close all runs."""
         now = int(time.time() * 1000)
-        by_id = {status.arm_id: arm for arm, status in summary.statuses.items()}
+        by_id = {status.arm_id: arm for arm, status in summary.statuses.items() if status.status != EQUIVALENT}
         for arm_id, run_id in self.arm_runs.items():
             if (arm := by_id.get(arm_id)) is None:
                 continue
             tags = arm_tags(summary, arm)
             self.client.log_batch(
                 run_id,
-                metrics=arm_metrics(summary, arm, now),
+                metrics=self._unlogged(run_id, arm_metrics(summary, arm, now)),
                 tags=[RunTag(k, v[:MAX_PARAM_CHARS]) for k, v in tags.items()],
             )
         for name in RECORD_FILES:
@@ -331,7 +333,7 @@ class SearchTracker(Callback):
                 self.client.log_artifact(self.search_run_id, str(out / name), RECORD)
         if report_dir is not None:
             self.client.log_artifacts(self.search_run_id, str(report_dir), "report")
-        self.client.log_table(self.search_run_id, status_table(summary), "verdicts.json")
+        self._log_table(status_table(summary), VERDICTS)
         self.client.log_batch(
             self.search_run_id,
             tags=[
@@ -340,6 +342,26 @@ class SearchTracker(Callback):
             ],
         )
         self.close("FINISHED")
+
+    def _unlogged(self, run_id: str, metrics: list[Metric]) -> list[Metric]:
+        """The `metrics` whose (step, value) the run does not hold yet: a finish that runs again (a resume of a
+        finished search) logs nothing twice, and only what its analysis changed."""
+        held = set(self.client.get_run(run_id).data.metrics)
+        logged = {
+            key: {(m.step, m.value) for m in self.client.get_metric_history(run_id, key)}
+            for key in {m.key for m in metrics} & held
+        }
+        return [m for m in metrics if (m.step, m.value) not in logged.get(m.key, set())]
+
+    def _log_table(self, table: dict[str, list[Any]], name: str) -> None:
+        """`log_table` on the search run, replacing the table an earlier finish logged (`log_table` appends)."""
+        if name not in {a.path for a in self.client.list_artifacts(self.search_run_id)}:
+            self.client.log_table(self.search_run_id, table, name)
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / name
+            pd.DataFrame(table).to_json(path, orient="split", index=False, date_format="iso")  # log_table's format
+            self.client.log_artifact(self.search_run_id, str(path))
 
     def close(self, status: str) -> None:
         """End every run still open: seed runs (normally ended with their trials), arm runs, the search run."""
@@ -402,11 +424,15 @@ def arm_metrics(summary: Summary, arm: str, timestamp: int) -> list[Metric]:
 def arm_tags(summary: Summary, arm: str) -> dict[str, str]:
     """An arm run's tags after the search: `status` (its text), `verdict` (the answer under the search's `rule`),
     `paired_<p>` (Δ [interval] at level as text), `reason` (a stop's rung decision, a failure's error, a look),
-    `verdict_<agg>` per aggregation of the fixed-sample analysis (descriptive under the sequential rule)."""
+    `verdict_<agg>` per aggregation of the fixed-sample analysis (descriptive under the sequential rule); the
+    control's run names the suggestions that acted as it (`control-equivalent`, never trained: no run of their own)."""
     status, p = summary.statuses[arm], summary.primary
     tags = {"status": status.text, "verdict": status.verdict, "rule": summary.rule}
     if status.status == "control":
         tags[f"paired_{p}"] = "Δ ≡ 0 (the reference)"
+        equivalents = [name for name, s in summary.statuses.items() if s.status == EQUIVALENT]
+        if equivalents:
+            tags[EQUIVALENT] = "; ".join(equivalents)
     elif status.delta is not None and status.level is not None:
         tags[f"paired_{p}"] = _paired_text(status.delta, status.ci_low, status.ci_high, status.level)
     if status.reason:

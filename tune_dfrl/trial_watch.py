@@ -14,6 +14,8 @@ Rules, checked at the beginning of every Tune step (before Tune may block waitin
   lost at most `max_retries` times; after that it fails exactly as a crashed trial does after its
   last retry: the scheduler leaves the seed out, the searcher records the cell failed, and the
   callbacks (results log, MLflow, progress) record the failure.
+- Trials lost with their cluster node are retried by Tune; `tune_dfrl.lost_nodes.LostNodes` (`lost_nodes`, a
+  callback next to this one) notes each lost node once.
 - If no trial is pending, running or paused, the searcher has nothing to give: Tune would wait for
   it (600 s at a time, forever). After `stall_s` of that, `SearchStalled` ends the search with an
   `error:` line; `resume=true` continues it. While Tune waits, the searcher calls `while_waiting`
@@ -31,6 +33,7 @@ from typing import Any
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
+from tune_dfrl.lost_nodes import LostNodes
 from tune_dfrl.search_finish import SearchFailed
 
 STALL_S = 30.0  # the longest the search waits on a searcher that has nothing to give while no trial is live
@@ -67,6 +70,7 @@ class TrialWatch(Callback):
         self.told: set[str] = set()  # trial ids whose end Tune reported (error or completion)
         self.lost: Counter[tuple[str, int]] = Counter()  # (arm id, seed) -> trials of the cell lost so far
         self.idle_since: float | None = None  # when a step last began with no live trial (None: some trial live)
+        self.lost_nodes = LostNodes()  # a callback of its own, next to this one: trials lost with their node
 
     # -- Tune callback ----------------------------------------------------------------------------
 
