@@ -1,6 +1,6 @@
 # Two commands a new user needs (Python 3.11, no GPU):
 #   make demo   set up .venv and run the main job (a difffilter_band search on the embedded CPU backend)
-#   make test   set up .venv, lint and format-check (ruff), run the test suite
+#   make test   set up .venv, lint and format-check (ruff), run the test suite (two test modules at a time)
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -25,4 +25,4 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadfile $(ARGS)

@@ -126,7 +126,7 @@ def search_args(
 
 
 def search_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_AUTH_MODE": "disabled"}
+    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
 
 
 def timings(out: Path) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import secrets
 import subprocess
 import sys
 import time
@@ -59,13 +60,17 @@ class VerlRunError(RuntimeError):
 def child_env(metrics_path: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The trial's environment: GPUs as Ray Tune assigned them (`CUDA_VISIBLE_DEVICES` is kept),
     verl's file logger into the trial folder, no wandb, no hub downloads, our plugin loaded, no
-    inherited `RAY_ADDRESS` (the child starts its own Ray instance), and no idle Ray workers started
+    inherited `RAY_ADDRESS` (the child starts its own Ray instance), that Ray on loopback only with token
+    authentication (a fresh token unless the environment already holds one, e.g. the search's), no idle Ray workers started
     ahead of demand (`RAY_PRESTART`): verl's actors each need their own process, so Ray's prestarted
     workers sit idle and only take CPU while the trial starts."""
     env = dict(os.environ if base is None else base)
     env.pop("RAY_ADDRESS", None)
+    env.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
     env.update(
         RAY_PRESTART,
+        RAY_AUTH_MODE="token",
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # Ray's local-only mode: every listener on 127.0.0.1
         VERL_FILE_LOGGER_PATH=str(metrics_path),
         WANDB_MODE="disabled",
         HF_HUB_OFFLINE="1",
