@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.distributed.fsdp import CPUOffloadPolicy
 from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS, training_pools
 from tune_dfrl.trainers.embedded.model import EOS_ID, ModelShape, build_tokenizer, new_model, save_model
-from tune_dfrl.trainers.verl.cpu import cpu_env, cpu_overrides, patches, ray_temp_dir
+from tune_dfrl.trainers.verl.cpu import cpu_env, cpu_overrides, patches
 from tune_dfrl.trainers.verl.cpu.rollout import group_index, request_seed, sample, truncated_probs
 from tune_dfrl.trainers.verl.export import CHAT_EOS, NEWLINE, export_model, main
 
@@ -53,6 +54,13 @@ def test_a_changed_symbol_that_differs_is_an_error():
     with pytest.raises(patches.PinnedSymbolError, match="no longer builds"):
         patches.check_single_turn(types.SimpleNamespace(SingleTurnAgentLoop=SingleTurnAgentLoop))
 
+    class FSDPEngine:  # offloads its reference model without pinning: nothing to change
+        def _build_fsdp_module(self, module):
+            return CPUOffloadPolicy(pin_memory=False)
+
+    with pytest.raises(patches.PinnedSymbolError, match="no longer builds"):
+        patches.unpin_offload_policy(types.SimpleNamespace(CPUOffloadPolicy=CPUOffloadPolicy, FSDPEngine=FSDPEngine))
+
 
 CPU_PROCESS = """
 import os, torch, verl
@@ -74,6 +82,7 @@ assert get_rollout_replica_class(ROLLOUT_NAME).__name__ == "HFReplica"
 from hydra.utils import get_class
 loop = get_class(_agent_loop_registry[AGENT_LOOP_NAME]["_target_"])
 assert loop.__name__ == "GroupIndexedAgentLoop" and "single_turn_agent" in _agent_loop_registry
+assert fsdp.CPUOffloadPolicy(pin_memory=True).pin_memory is False  # the reference model's offload, unpinned
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533", RANK="0", WORLD_SIZE="1")
 initialize_global_process_group_ray()
 value = torch.ones(2)
@@ -92,17 +101,13 @@ def test_a_verl_platform_cpu_process_gets_platform_engines_rollout_and_process_g
 
 
 def test_cpu_overrides_and_environment(tmp_path):
-    overrides = cpu_overrides(tmp_path, 16)
-    assert "trainer.device=cpu" in overrides and "actor_rollout_ref.rollout.name=hf_cpu" in overrides
+    overrides = cpu_overrides()
+    assert "trainer.device=cpu" in overrides and "+ray_kwargs.ray_init.num_gpus=1" in overrides
     assert "actor_rollout_ref.rollout.full_determinism=true" in overrides
     assert "actor_rollout_ref.rollout.agent.default_agent_loop=hf_cpu_single_turn" in overrides
-    temp_dir = next(o.split("=", 1)[1] for o in overrides if o.startswith("+ray_kwargs.ray_init._temp_dir="))
-    assert len(temp_dir) <= 40 and temp_dir != "/tmp/ray" and temp_dir == str(ray_temp_dir(tmp_path))
+    assert not any("kl" in o for o in overrides)  # the KL loss is the recipe's, on both devices
     env = cpu_env(tmp_path)
     assert env["VERL_PLATFORM"] == "cpu" and Path(env["TMPDIR"]).is_dir()
-    assert "+ray_kwargs.ray_init.num_cpus=16" in cpu_overrides(tmp_path, 2)
-    with pytest.raises(ValueError, match="num_cpus >= 1"):
-        cpu_overrides(tmp_path, 0)
 
 
 def test_exported_tokenizer_reads_every_task_as_the_embedded_one(exported):

@@ -22,10 +22,15 @@ import pytest
 from reliability_helpers import alive, records, trained_steps, verl_trees
 from tune_dfrl.trainers.embedded.base import BaseRecipe, ensure_base_model
 from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS
+from tune_dfrl.trainers.verl import timeline
 from tune_dfrl.trainers.verl.backend import VerlBackend
-from tune_dfrl.trainers.verl.cpu import ray_temp_dir
 from tune_dfrl.trainers.verl.export import export_model, export_tasks, rows, write_parquet
-from tune_dfrl.trainers.verl.recipe import default_recipe
+from tune_dfrl.trainers.verl.recipe import (
+    OBJECT_STORE_BYTES,
+    default_recipe,
+    private_ray_logical_cpus,
+    ray_temp_dir,
+)
 
 from tune_dfrl.backend import ArmSpec
 
@@ -123,6 +128,24 @@ def test_grpo_steps_with_validation_milestones(runs):
         assert records[step]["critic/advantages/max"] > 0  # a group's responses differ: GRPO has a signal
         assert 0 < records[step]["critic/score/mean"] < 1  # solved and unsolved responses
         assert records[step]["training/rollout_probs_diff_max"] < 0.05  # rollout log-probs = the actor's
+        # the GPU recipe's KL loss: verl ran the FSDP2 reference model (offloaded, unpinned) and added the loss. Its
+        # value is 0 here: after one step at lr 1e-4 the actor's bf16 log-probs still equal the reference's (the same
+        # run at lr 1e-2 logs 1.79 at step 2)
+        assert records[step]["timing_s/ref"] > 0 and records[step]["actor/kl_coef"] == 0.001
+        assert records[step]["actor/kl_loss"] >= 0 and math.isfinite(records[step]["actor/kl_loss"])
+
+
+def test_the_trials_private_ray_has_the_trials_size_and_a_bounded_object_store(runs):
+    """verl's TaskRunner sees a Ray instance of `private_ray_logical_cpus` CPUs, one logical GPU and an object store
+    of OBJECT_STORE_BYTES (Ray's default would be 30% of this machine's memory, per trial)."""
+    runs("control")
+    [init] = [e for e in timeline.read(runs.root / "control" / timeline.FILE_NAME) if e["event"] == "trainer_init"]
+    config = runs.backend.config
+    assert init["ray"] == {
+        "CPU": private_ray_logical_cpus(config),
+        "GPU": 1.0,
+        "object_store_memory": OBJECT_STORE_BYTES,
+    }
 
 
 def same_numbers(record: dict) -> dict:

@@ -11,6 +11,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 from tune_dfrl.trainers.verl.recipe import (
     ATTENTION_KEY,
+    OBJECT_STORE_BYTES,
     VerlRecipe,
     attention_implementation,
     build_overrides,
@@ -19,6 +20,7 @@ from tune_dfrl.trainers.verl.recipe import (
     cuda_settings,
     default_recipe,
     hydra_quote,
+    ray_temp_dir,
 )
 
 from tune_dfrl.backend import ArmSpec
@@ -163,8 +165,6 @@ def flat_config(recipe: VerlRecipe, checkpoint_dir: Path) -> dict:
 
 def test_the_cpu_and_cuda_configurations_differ_in_the_documented_keys_only(tmp_path):
     """docs/readme_verl.md, "What differs from GPU": the default recipe on one GPU, composed for each device."""
-    from tune_dfrl.trainers.verl.cpu import ray_temp_dir
-
     cuda = flat_config(make_recipe(gpus_per_trial=1), tmp_path)
     cpu = flat_config(make_recipe(device="cpu"), tmp_path)
     rollout, actor, absent = "actor_rollout_ref.rollout.", "actor_rollout_ref.actor.", "<absent>"
@@ -172,15 +172,11 @@ def test_the_cpu_and_cuda_configurations_differ_in_the_documented_keys_only(tmp_
         "trainer.device": ("cuda", "cpu"),
         rollout + "name": ("vllm", "hf_cpu"),
         rollout + "gpu_memory_utilization": (0.6, 0.5),
-        actor + "strategy": ("fsdp", "fsdp2"),
         actor + "use_torch_compile": (True, False),
         actor + "fsdp_config.use_torch_compile": (True, False),
-        actor + "use_kl_loss": (True, False),
         rollout + "full_determinism": (False, True),
         rollout + "agent.default_agent_loop": ("single_turn_agent", "hf_cpu_single_turn"),
-        "ray_kwargs.ray_init.num_cpus": (None, 16),
         "ray_kwargs.ray_init.num_gpus": (absent, 1),
-        "ray_kwargs.ray_init._temp_dir": (absent, str(ray_temp_dir(tmp_path))),
     }
     if attention_implementation() != "sdpa":  # flash-attn imports here: cuda uses it, cpu sdpa
         documented[ATTENTION_KEY] = (attention_implementation(), "sdpa")
@@ -190,6 +186,36 @@ def test_the_cpu_and_cuda_configurations_differ_in_the_documented_keys_only(tmp_
         if cuda.get(key, absent) != cpu.get(key, absent)
     }
     assert differ == documented
+    for config in (cuda, cpu):  # the GPU recipe's actor on both: FSDP2, KL loss to the reference model
+        assert config[actor + "strategy"] == "fsdp2" and config[actor + "use_kl_loss"] is True
+
+
+@pytest.mark.parametrize(
+    ("cpus", "gpus", "logical_cpus"), [(1, 1, 16), (2, 1, 16), (32, 2, 34), (64, 8, 64), (16, 8, 52)]
+)
+def test_a_trials_private_ray_is_sized_by_the_trial_and_kept_in_its_folder_on_both_devices(
+    tmp_path, cpus, gpus, logical_cpus
+):
+    """Logical CPUs max(cpus, 16, 3 x gpus + 3 x helpers + 4), Ray's object store bounded, Ray's temporary folder the
+    trial's; the GPUs are the ones Tune gives the trial (no num_gpus on cuda)."""
+    for device in ("cuda", "cpu") if gpus == 1 else ("cuda",):
+        config = flat_config(make_recipe(device=device, gpus_per_trial=gpus, cpus_per_trial=cpus), tmp_path)
+        assert config["ray_kwargs.ray_init.num_cpus"] == logical_cpus
+        assert config["ray_kwargs.ray_init.object_store_memory"] == OBJECT_STORE_BYTES
+        assert config["ray_kwargs.ray_init._temp_dir"] == str(ray_temp_dir(tmp_path))
+        assert ("ray_kwargs.ray_init.num_gpus" in config) == (device == "cpu")
+    bigger = f"ray_kwargs.ray_init.object_store_memory={4 * 1024**3}"  # a recipe may raise it
+    config = flat_config(make_recipe(gpus_per_trial=gpus, cpus_per_trial=cpus, overrides=[bigger]), tmp_path)
+    assert config["ray_kwargs.ray_init.object_store_memory"] == 4 * 1024**3
+
+
+def test_a_long_trial_folder_gets_a_short_private_ray_folder(tmp_path):
+    """Ray's Unix socket paths hold at most 107 characters: a trial folder too deep for them gets a folder named by its
+    hash in the system's temporary folder, never the machine-wide default."""
+    short, deep = Path("/tmp/t"), tmp_path / ("x" * 60)
+    assert ray_temp_dir(short) == short / "ray"
+    assert len(str(ray_temp_dir(deep))) <= 40 and ray_temp_dir(deep) != Path("/tmp/ray")
+    assert ray_temp_dir(deep) == ray_temp_dir(deep) != ray_temp_dir(tmp_path / ("y" * 60))
 
 
 @pytest.mark.parametrize(("cpus", "helpers"), [(1, 1), (2, 1), (4, 2), (7, 3), (64, 8)])

@@ -90,7 +90,7 @@ def test_trials_ran_the_cpu_overrides_and_left_no_process(searched: Path) -> Non
     infos = [json.loads(p.read_text()) for p in (searched / "cells").glob("*/seed*/checkpoint/stand_in.json")]
     assert len(infos) == 3 * len(SEEDS)
     for info in infos:
-        assert info["overrides"][-len(cpu_overrides(Path(info["cwd"]), 8)) :] == cpu_overrides(Path(info["cwd"]), 8)
+        assert info["overrides"][-len(cpu_overrides()) :] == cpu_overrides()
         assert f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}" in info["overrides"]
         assert info["env"]["VERL_PLATFORM"] == "cpu" and info["env"]["RAY_ADDRESS"] is None
     assert [pid for info in infos for pid in (info["parent"], info["pid"], info["lingering"]) if alive(pid)] == []

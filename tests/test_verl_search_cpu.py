@@ -38,7 +38,7 @@ from reliability_helpers import (
     wait_for,
 )
 from tune_dfrl.trainers.embedded.base import BaseRecipe, ensure_base_model
-from tune_dfrl.trainers.verl.cpu import ray_temp_dir
+from tune_dfrl.trainers.verl.recipe import ray_temp_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("verl_cpu_e2e", ROOT / "benchmarks" / "verl_cpu_e2e.py")

@@ -41,7 +41,7 @@ from ray.tune import Callback
 from tune_dfrl.backend import BenchmarkInfo
 from tune_dfrl.ledger import PairedLedger
 from tune_dfrl.results import RECORD_FILES, SearchRecord
-from tune_dfrl.scheduler import ArmDecision
+from tune_dfrl.rungs import ArmDecision
 from tune_dfrl.schema import EQUIVALENT, RESULT_PREFIXES, SCORE, Summary
 from tune_dfrl.scores import BenchmarkSet, ScoreTable, load_mlflow
 

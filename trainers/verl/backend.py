@@ -21,9 +21,9 @@ at all when the trial already reached `steps`): first those the previous start's
 then verl's, resuming from its last checkpoint, step c. verl saves a milestone's checkpoint before
 it validates and logs that step (`PPOTrainer.fit`: save, validate, log), so c can be a milestone
 the search never got; that start then validates before training (`trainer.val_before_train=true`),
-which logs milestone c from the checkpoint at step c. No step is trained twice. On `device: cpu`
-the private Ray's temporary folder (`cpu.ray_temp_dir`) is removed whenever `run_trial` ends, so
-also the one a killed start left.
+which logs milestone c from the checkpoint at step c. No step is trained twice. The
+private Ray's temporary folder (`recipe.ray_temp_dir`) is removed whenever `run_trial` ends, on every device,
+so also the one a killed start left.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from tune_dfrl.backend import ArmSpec, BenchmarkInfo, CalibrationResult, Milesto
 
 from . import checks, timeline
 from .launcher import JsonlTail, MilestoneReader, VerlRunError, child_env, run_child
-from .recipe import VerlRecipe, build_overrides
+from .recipe import VerlRecipe, build_overrides, ray_temp_dir
 
 VERL_MAIN = (sys.executable, "-m", "verl.trainer.main_ppo")
 
@@ -96,10 +96,7 @@ class VerlBackend:
         try:
             self._train(arm, seed, report, checkpoint_dir)
         finally:  # also the folder of a start killed before it could remove it
-            if self.config.device == "cpu":
-                from tune_dfrl.trainers.verl.cpu import ray_temp_dir
-
-                shutil.rmtree(ray_temp_dir(checkpoint_dir), ignore_errors=True)
+            shutil.rmtree(ray_temp_dir(checkpoint_dir), ignore_errors=True)
 
     def _train(self, arm: ArmSpec, seed: int, report: Callable[[Milestone], None], checkpoint_dir: Path) -> None:
         recipe = self.config

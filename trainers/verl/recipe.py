@@ -14,16 +14,17 @@ with verl's own config (`verl/trainer/config/ppo_trainer.yaml`) and, in order:
   asked (`validate_first`: a resumed run whose checkpoint's milestone the search lacks, backend.py);
 - logging: `trainer.logger=[console,file]` (the launcher points `VERL_FILE_LOGGER_PATH` into the
   trial folder), no wandb, no hub;
-- a private Ray instance per trial: `+ray_kwargs.ray_init.address=local`, no dashboard; loopback only and
-  token authentication come from the environment the trial inherits (`tune_dfrl.services.start_private_ray`);
+- a private Ray instance per trial (`private_ray_settings`, both devices): `address=local`, no dashboard, its
+  logical CPUs and object store bounded, its temporary folder the trial's (`ray_temp_dir`, removed after the
+  trial); loopback only and token authentication come from the environment the trial inherits (launcher.py);
 - the arm: `+tune_dfrl.policy` (JSON of method + params) and `+tune_dfrl.domain_column`;
 - the reward: `tune_dfrl.trainers.verl.reward.compute_score`;
 - the recipe's verl settings that no recipe key names (`SHARED_SETTINGS`, `helper_settings`: verl's helper
   processes sized by `cpus_per_trial`; on cuda also `cuda_settings`:
   vLLM's memory share, the attention implementation), each with the reason it is chosen;
 - the recipe's own `overrides`, so they win over ours;
-- on `device: cpu`, last, `tune_dfrl.trainers.verl.cpu.cpu_overrides` (the CPU platform's settings,
-  the HF rollout, the trial's private Ray with one logical GPU; `cpus_per_trial` sizes it).
+- on `device: cpu`, last, `tune_dfrl.trainers.verl.cpu.cpu_overrides` (the CPU platform's settings: device,
+  no torch.compile, sdpa, deterministic HF rollout, one logical GPU in the trial's private Ray).
 
 On `device: cpu` the rollout engine is `tune_dfrl.trainers.verl.cpu.ROLLOUT_NAME` (HF `generate`);
 that package is imported only then.
@@ -32,10 +33,12 @@ that package is imported only then.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 import importlib.resources
 import json
 import re
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,10 +60,13 @@ MAX_EPOCHS = 1_000_000  # verl stops at trainer.total_training_steps; epochs mus
 DEVICE_GPUS = {"cuda": 8, "cpu": 1}  # gpus_per_trial when the recipe leaves it null: a node; cpu's one logical GPU
 # The recipe's verl settings on every device, before the recipe's `overrides` (which win):
 SHARED_SETTINGS = (
-    # GRPO's KL penalty to the reference model, as verl's GRPO examples train (the CPU platform turns it off, last)
+    # GRPO's KL penalty to the reference model, as verl's GRPO examples train
     "actor_rollout_ref.actor.use_kl_loss=true",
     "actor_rollout_ref.actor.kl_loss_coef=0.001",
     "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+    # FSDP2 (`fully_shard`): verl's recommended engine; the only one that trains on CPU (gloo), so both devices
+    # run the same actor and reference model (verl's default is FSDP1)
+    "actor_rollout_ref.actor.strategy=fsdp2",
     # one rollout replica per GPU: verl's default of 2 fails on one GPU (`checks.check_parallelism`)
     "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
 )
@@ -68,6 +74,19 @@ SHARED_SETTINGS = (
 # size; a trial gets one of each per CPUS_PER_HELPER CPUs Tune gives it (at least one, at most verl's 8)
 CPUS_PER_HELPER = 2
 VERL_HELPERS = 8
+# The trial's private Ray. Its logical CPUs only admit verl's actors (their processes mostly wait; the trial's real
+# CPU use is bounded by the helper counts above): verl's GPU bundles hold VERL_COLOCATE CPUs each
+# (ResourcePoolManager.max_colocate_count), TransferQueue's controller and each storage unit one, and every other
+# actor one while it is placed; RAY_LOGICAL_CPUS is what a one-GPU trial was measured to need on CPU.
+RAY_LOGICAL_CPUS = 16
+VERL_COLOCATE = 3
+# Ray's default object store is 30% of the node's RAM per Ray instance, i.e. per trial; bounded here (Ray spills
+# to the trial's temporary folder past it). verl 0.9.1 moves batches through TransferQueue's storage units, not the
+# object store. Raise it with `ray_kwargs.ray_init.object_store_memory=<bytes>` in the recipe's overrides.
+OBJECT_STORE_BYTES = 2 * 1024**3
+# Ray's sockets live at <temp dir>/session_<date>_<time>_<us>_<pid>/sockets/plasma_store (64 more
+# characters) and a Unix socket path holds at most 107.
+RAY_TEMP_DIR_MAX_CHARS = 40
 # vLLM's share of each GPU (weights and KV cache); the FSDP actor and the reference model use the rest
 GPU_MEMORY_SHARE = "actor_rollout_ref.rollout.gpu_memory_utilization=0.6"
 ATTENTION_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
@@ -321,27 +340,62 @@ def build_overrides(
         "trainer.log_val_generations=0",
         "trainer.project_name=tune_dfrl",
         f"trainer.experiment_name={hydra_quote(f'{arm.arm_id}-seed{seed}')}",
-        "+ray_kwargs.ray_init.address=local",
-        "+ray_kwargs.ray_init.include_dashboard=false",
+        *private_ray_settings(recipe, checkpoint_dir),
         f"+tune_dfrl.policy={hydra_quote(policy_json(arm))}",
         f"+tune_dfrl.domain_column={hydra_quote(recipe.domain_column)}",
         *SHARED_SETTINGS,
         *helper_settings(recipe.cpus_per_trial),
         *(cuda_settings(recipe) if recipe.device == "cuda" else ()),
         *recipe.overrides,
-        *(cpu_overrides(recipe, checkpoint_dir) if recipe.device == "cpu" else ()),
+        *(cpu_overrides() if recipe.device == "cpu" else ()),
     ]
 
 
+def helper_count(cpus_per_trial: int) -> int:
+    """n = clamp(cpus_per_trial // CPUS_PER_HELPER, 1, VERL_HELPERS)."""
+    return min(max(cpus_per_trial // CPUS_PER_HELPER, 1), VERL_HELPERS)
+
+
 def helper_settings(cpus_per_trial: int) -> list[str]:
-    """verl's helper processes of a trial with `cpus_per_trial` CPUs: n = clamp(cpus // CPUS_PER_HELPER, 1, 8)
-    agent-loop workers, reward workers and TransferQueue storage units."""
-    n = min(max(cpus_per_trial // CPUS_PER_HELPER, 1), VERL_HELPERS)
+    """verl's helper processes of a trial with `cpus_per_trial` CPUs: `helper_count` agent-loop workers, reward
+    workers and TransferQueue storage units."""
+    n = helper_count(cpus_per_trial)
     return [
         f"actor_rollout_ref.rollout.agent.num_workers={n}",
         f"reward.num_workers={n}",
         f"transfer_queue.backend.SimpleStorage.num_data_storage_units={n}",
     ]
+
+
+def private_ray_logical_cpus(recipe: VerlRecipe) -> int:
+    """max(cpus_per_trial, RAY_LOGICAL_CPUS, VERL_COLOCATE x gpus + 3 x helpers + 4): room for every actor verl
+    places (see RAY_LOGICAL_CPUS), whatever the trial's size."""
+    helpers = helper_count(recipe.cpus_per_trial)
+    return max(recipe.cpus_per_trial, RAY_LOGICAL_CPUS, VERL_COLOCATE * recipe.gpus_per_trial + 3 * helpers + 4)
+
+
+def private_ray_settings(recipe: VerlRecipe, checkpoint_dir: Path) -> list[str]:
+    """The trial's own Ray instance, on both devices: a new local one (two trials never share verl's named
+    actors), no dashboard, `private_ray_logical_cpus`, an object store of OBJECT_STORE_BYTES, and its temporary
+    folder `ray_temp_dir` (the backend removes it when the trial ends). It sees the GPUs the trial inherits
+    (`CUDA_VISIBLE_DEVICES`, set by Ray Tune)."""
+    return [
+        "+ray_kwargs.ray_init.address=local",
+        "+ray_kwargs.ray_init.include_dashboard=false",
+        f"+ray_kwargs.ray_init.num_cpus={private_ray_logical_cpus(recipe)}",
+        f"+ray_kwargs.ray_init.object_store_memory={OBJECT_STORE_BYTES}",
+        f"+ray_kwargs.ray_init._temp_dir={ray_temp_dir(checkpoint_dir)}",
+    ]
+
+
+def ray_temp_dir(trial_dir: Path) -> Path:
+    """The private Ray's temporary folder: <trial>/ray, or, when that path is too long for Ray's sockets, a folder in
+    the system's temporary folder named by the trial folder's hash; never the default folder that every Ray instance
+    on the machine shares."""
+    inside = Path(trial_dir).resolve() / "ray"
+    if len(str(inside)) <= RAY_TEMP_DIR_MAX_CHARS:
+        return inside
+    return Path(tempfile.gettempdir()) / f"ray-{hashlib.sha256(str(inside).encode()).hexdigest()[:12]}"
 
 
 def cuda_settings(recipe: VerlRecipe) -> list[str]:
@@ -363,11 +417,11 @@ def attention_implementation() -> str:
     return VERL_ATTENTION
 
 
-def cpu_overrides(recipe: VerlRecipe, checkpoint_dir: Path) -> list[str]:
-    """The CPU platform's overrides (tune_dfrl.trainers.verl.cpu) for a trial working in `checkpoint_dir`."""
+def cpu_overrides() -> list[str]:
+    """The CPU platform's overrides (tune_dfrl.trainers.verl.cpu)."""
     from tune_dfrl.trainers.verl import cpu
 
-    return cpu.cpu_overrides(checkpoint_dir.resolve(), recipe.cpus_per_trial)
+    return cpu.cpu_overrides()
 
 
 def verl_config_dir() -> Path:

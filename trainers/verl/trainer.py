@@ -8,7 +8,8 @@ Hooks into `PPOTrainer` (verl/trainer/ppo/v1/trainer_base.py):
   seconds (2.0 in verl 0.9.1, a fixed sleep between looks); a step waits on it at least once for its
   rollouts and once per validation. Set to `REPLAY_POLL_S`: a look is one call to TransferQueue's
   controller, so a short interval costs little and a step no longer idles for seconds.
-- `__init__`, `_init_dataloader`, `_load_checkpoint`, `on_init_end` and the step and validation
+- `__init__` records the trial's private Ray's resources (logical CPUs and GPUs, object store bytes);
+  `__init__`, `_init_dataloader`, `_load_checkpoint`, `on_init_end` and the step and validation
   hooks record the trial's start-up timeline (timeline.py).
 - `__init__`: verl branches on the mode *name* (`trainer_mode != "sync"` selects the async
   replay buffer, TransferQueue checkpointing, exact refills), so the mode is reset to `"sync"`
@@ -60,7 +61,7 @@ class DataPolicyTrainer(PPOTrainerSync):
     """`PPOTrainerSync` whose update sees the arm's selection, reweighting or domain mixture."""
 
     def __init__(self, config: DictConfig):
-        timeline.record("trainer_init")
+        timeline.record("trainer_init", ray=private_ray_resources())
         with open_dict(config):
             config.trainer.v1.trainer_mode = "sync"
         super().__init__(config)
@@ -163,6 +164,14 @@ class DataPolicyTrainer(PPOTrainerSync):
         return tq.kv_batch_put(
             keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch))
         )
+
+
+def private_ray_resources() -> dict[str, float]:
+    """The CPUs, GPUs and object store bytes of the Ray instance this trainer runs in (the trial's own)."""
+    import ray
+
+    resources = ray.cluster_resources()
+    return {key: float(resources.get(key, 0.0)) for key in ("CPU", "GPU", "object_store_memory")}
 
 
 def submission_order(key: str, submitted: dict[str, int]) -> tuple[int, ...]:

@@ -18,60 +18,30 @@ environment cheaply.
 
 from __future__ import annotations
 
-import hashlib
-import tempfile
 from pathlib import Path
 
 ROLLOUT_NAME = "hf_cpu"
 AGENT_LOOP_NAME = "hf_cpu_single_turn"
 VERL_VERSION = "0.9.1"
 PYTHONHASHSEED = "0"
-RAY_LOGICAL_CPUS = 16
-# Ray's sockets live at <temp dir>/session_<date>_<time>_<us>_<pid>/sockets/plasma_store (64 more
-# characters) and a Unix socket path holds at most 107.
-RAY_TEMP_DIR_MAX_CHARS = 40
 
 
-def cpu_overrides(trial_dir: Path, num_cpus: int) -> list[str]:
-    """verl Hydra overrides of a CPU trial using `num_cpus` CPUs, composed after the recipe's own.
-
-    The trial's private Ray gets one logical GPU (verl places its one training process there) and
-    max(num_cpus, RAY_LOGICAL_CPUS) logical CPUs: verl's actors, TransferQueue's controller and
-    storage unit and the rollout server each reserve one while mostly waiting.
-    """
-    if num_cpus < 1:
-        raise ValueError(f"a verl CPU trial needs num_cpus >= 1; got {num_cpus}")
+def cpu_overrides() -> list[str]:
+    """verl Hydra overrides of a CPU trial, composed after the recipe's own (which give it one GPU per trial, the HF
+    rollout, FSDP2 and the KL loss, its private Ray sized and in the trial's folder)."""
     return [
         "trainer.device=cpu",
-        "trainer.n_gpus_per_node=1",
-        "trainer.nnodes=1",
-        "actor_rollout_ref.actor.strategy=fsdp2",
+        # torch.compile of verl's entropy: inductor builds C++ per process on the trial's first step
         "actor_rollout_ref.actor.use_torch_compile=false",
         "actor_rollout_ref.actor.fsdp_config.use_torch_compile=false",
+        # flash-attn is CUDA-only
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-        # verl's reference model offloads with CPUOffloadPolicy(pin_memory=True), which fails without CUDA
-        "actor_rollout_ref.actor.use_kl_loss=false",
-        "algorithm.use_kl_in_reward=false",
-        f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         # request ids `det-<index of the response in its group>`: the HF rollout seeds by it (rollout.py)
         "actor_rollout_ref.rollout.full_determinism=true",
         f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",
-        "data.dataloader_num_workers=0",
-        f"+ray_kwargs.ray_init.num_cpus={max(num_cpus, RAY_LOGICAL_CPUS)}",
+        # the logical GPU verl places its one training process on
         "+ray_kwargs.ray_init.num_gpus=1",
-        f"+ray_kwargs.ray_init._temp_dir={ray_temp_dir(trial_dir)}",
     ]
-
-
-def ray_temp_dir(trial_dir: Path) -> Path:
-    """The private Ray's temporary folder: <trial>/ray, or, when that path is too long for Ray's
-    sockets, a folder in the system's temporary folder named by the trial folder's hash; never the
-    default folder that every Ray instance on the machine shares."""
-    inside = Path(trial_dir).resolve() / "ray"
-    if len(str(inside)) <= RAY_TEMP_DIR_MAX_CHARS:
-        return inside
-    return Path(tempfile.gettempdir()) / f"ray-{hashlib.sha256(str(inside).encode()).hexdigest()[:12]}"
 
 
 def cpu_env(trial_dir: Path) -> dict[str, str]:

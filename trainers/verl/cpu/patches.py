@@ -9,6 +9,10 @@ imports the module it changes (`plugin.after_import`), each checked against what
 - verl registers its FSDP training engines (`verl.workers.engine.fsdp.transformer_impl`) for
   devices "cuda" and "npu" only; they are registered for "cpu" too (`EngineRegistry.register`).
   FSDP2 (`fully_shard`) runs on CPU with gloo.
+- the FSDP engine offloads a forward-only model under FSDP2 (the reference model of the KL loss) with
+  `CPUOffloadPolicy(pin_memory=True)`, and pinning memory needs an accelerator. Inside that module only, the
+  name `CPUOffloadPolicy` becomes a function that builds torch's policy with `pin_memory=False` (the
+  parameters stay in ordinary host memory, which on CPU is where they are computed on anyway).
 - rollout engine `ROLLOUT_NAME` (rollout.py): its worker-side adapter enters
   `verl.workers.rollout.base._ROLLOUT_REGISTRY` (a module dict: verl has no public call) and its
   replica `RolloutReplicaRegistry.register` (public), loaded only when verl asks for it;
@@ -37,6 +41,7 @@ DEFAULT_BACKEND_SOURCE = 'backend = backend or f"cpu:gloo,{get_device_name()}:{g
 CPU_BACKEND = "cpu:gloo"
 ENGINE_CLASSES = {"language_model": "FSDPEngineWithLMHead", "value_model": "FSDPEngineWithValueHead"}
 ENGINE_BACKENDS = ("fsdp", "fsdp2")
+PINNED_OFFLOAD = "offload_policy = CPUOffloadPolicy(pin_memory=True)"
 ROLLOUT_BASE = "verl.workers.rollout.base"
 ROLLOUT_REPLICA = "verl.workers.rollout.replica"
 ADAPTER = "tune_dfrl.trainers.verl.cpu.rollout.HFServerAdapter"
@@ -98,6 +103,39 @@ def check_engines(module: ModuleType) -> None:
                 registered.get(CPU_PLATFORM) in (None, engine),
                 f"EngineRegistry[{model_type!r}][{backend!r}] has another engine for device 'cpu'",
             )
+
+
+def check_offload_policy(module: ModuleType) -> None:
+    policy = getattr(module, "CPUOffloadPolicy", None)
+    _require(policy is not None, f"{FSDP_ENGINES}.CPUOffloadPolicy is missing")
+    if getattr(policy, "__wrapped__", None) is not None:
+        return
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    _require(policy is CPUOffloadPolicy, f"{FSDP_ENGINES}.CPUOffloadPolicy is not torch's")
+    code = [line.split("#")[0] for line in inspect.getsource(module.FSDPEngine._build_fsdp_module).splitlines()]
+    _require(
+        [line.strip() for line in code if "CPUOffloadPolicy(" in line] == [PINNED_OFFLOAD],
+        f"{FSDP_ENGINES}.FSDPEngine._build_fsdp_module no longer builds `{PINNED_OFFLOAD}` once",
+    )
+
+
+def unpin_offload_policy(module: ModuleType) -> None:
+    check_offload_policy(module)
+    policy = module.CPUOffloadPolicy
+    if getattr(policy, "__wrapped__", None) is not None:
+        return
+
+    @functools.wraps(policy, updated=())
+    def unpinned(pin_memory: bool = True) -> Any:
+        return policy(pin_memory=False)
+
+    module.CPUOffloadPolicy = unpinned
+
+
+def patch_engines(module: ModuleType) -> None:
+    register_engines(module)
+    unpin_offload_policy(module)
 
 
 def register_engines(module: ModuleType) -> None:
@@ -179,7 +217,7 @@ def check_single_turn(module: ModuleType) -> None:
 
 def install() -> None:
     after_import(DISTRIBUTED, patch_distributed)
-    after_import(FSDP_ENGINES, register_engines)
+    after_import(FSDP_ENGINES, patch_engines)
     after_import(ROLLOUT_BASE, register_rollout_adapter)
     after_import(ROLLOUT_REPLICA, register_rollout_replica)
     after_import(AGENT_LOOPS, register_agent_loop)
@@ -190,6 +228,7 @@ def check_pinned() -> None:
     """Import every symbol changed here and check it is verl 0.9.1's (no change is applied)."""
     check_distributed(importlib.import_module(DISTRIBUTED))
     check_engines(importlib.import_module(FSDP_ENGINES))
+    check_offload_policy(importlib.import_module(FSDP_ENGINES))
     check_rollout_base(importlib.import_module(ROLLOUT_BASE))
     check_rollout_replica(importlib.import_module(ROLLOUT_REPLICA))
     check_agent_loops(importlib.import_module(AGENT_LOOPS))
