@@ -7,8 +7,9 @@
   before anything is written;
 - an MLflow tracking server (`mlflow server`): the search logs to it, checked through its REST API.
 
-One tiny embedded search (`python -m tune_dfrl.search`, in a subprocess as a user runs it) uses both. Last, a
-synthetic search loses the worker node (its raylet SIGKILLed) mid-search: it finishes, with one note of the loss.
+One tiny embedded search (`python -m tune_dfrl.search`, in a subprocess as a user runs it) uses both; a verl search
+(stand-in child) shows that each trial's child starts its own Ray beside the cluster. Last, a synthetic search loses
+the worker node (its raylet SIGKILLed) mid-search: it finishes, with one note of the loss.
 Never `ray stop`: the cluster is stopped through its process group and its private temp dir.
 """
 
@@ -41,6 +42,9 @@ from reliability_helpers import (
     trial_cells,
     wait_for,
 )
+from tune_dfrl.trainers.verl.export import export_tasks
+from tune_dfrl.trainers.verl.recipe import OBJECT_STORE_BYTES, hydra_quote
+from verl_stand_in import write_model
 
 from tune_dfrl.services import LOCAL_ONLY
 from tune_dfrl.trial import MILESTONES, cell_dir
@@ -77,6 +81,13 @@ ray.init(address=sys.argv[1], log_to_driver=False)
 visible = ray.remote(num_cpus=0)(lambda: __import__("importlib.util").util.find_spec("tune_dfrl") is not None)
 print("visible" if ray.get(visible.remote()) else "hidden")
 """
+
+# The cluster's nodes: all of them, and those alive.
+NODES = """import ray, sys
+ray.init(address=sys.argv[1], log_to_driver=False)
+print(len(ray.nodes()), sum(1 for node in ray.nodes() if node["Alive"]))
+"""
+STAND_IN = Path(__file__).with_name("verl_stand_in.py")
 
 
 @dataclass(frozen=True)
@@ -276,6 +287,60 @@ def test_the_tracking_server_received_parents_children_and_summaries(searched: P
     )
     artifacts = rest(uri, "artifacts/list", {"run_id": by_role["search"][0]["info"]["run_id"], "path": "report"})
     assert "report/summary.json" in {f["path"] for f in artifacts.get("files", [])}
+
+
+def test_verl_trials_on_the_cluster_start_their_own_private_ray_on_loopback(services: Services) -> None:
+    """A verl search attached to the cluster (the stand-in child, which starts Ray as verl's main_ppo does: `ray.init`
+    with the trial's `ray_kwargs.ray_init`): each trial's child runs a new one-node Ray of the trial's size, on
+    127.0.0.1 only, with token authentication; the cluster keeps its two nodes."""
+    root = services.root / "verl"
+    root.mkdir()
+    train, val = export_tasks(root / "data", per_domain=4)
+    model = write_model(root / "model")
+    child = ",".join(hydra_quote(p) for p in (sys.executable, str(STAND_IN), "--start-ray"))
+    out = root / "out"
+    done = subprocess.run(
+        search_command(
+            "space=difffilter_band",
+            "backend=verl",
+            "backend.device=cpu",
+            f"backend.model_path={hydra_quote(str(model))}",
+            f"backend.train_files=[{hydra_quote(str(train))}]",
+            f"backend.val_files=[{hydra_quote(str(val))}]",
+            f"backend.command=[{child}]",
+            "steps=2",
+            "milestone_every=2",
+            "seeds=2",
+            "arms=1",
+            "scheduler.name=fifo",
+            "control_cache=null",
+            f"out={out}",
+            f"ray.address={services.ray_address}",
+        ),
+        cwd=root,
+        env=environment(**services.ray_env),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    children = [json.loads(p.read_text()) for p in (out / "cells").glob("*/seed*/checkpoint/stand_in.json")]
+    assert len(children) == 4
+    for info in children:
+        private = info["ray"]
+        assert private["gcs_address"].startswith("127.0.0.1:") and private["gcs_address"] != services.ray_address
+        assert private["nodes"] == 1 and "127.0.0.1" in private["listening"]
+        assert set(private["listening"]) <= {"127.0.0.1", "::ffff:127.0.0.1", "::1"}  # loopback only
+        assert private["resources"] == {"CPU": 16.0, "GPU": 1.0, "object_store_memory": float(OBJECT_STORE_BYTES)}
+        assert info["env"]["RAY_ADDRESS"] is None and info["env"]["RAY_AUTH_MODE"] == "token"
+    nodes = subprocess.run(
+        [sys.executable, "-c", NODES, services.ray_address],
+        env=environment(**services.ray_env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert nodes.stdout.strip().splitlines()[-1:] == ["2 2"], nodes.stdout + nodes.stderr[-3000:]
 
 
 def test_a_search_that_loses_a_node_finishes_every_cell_once_and_says_so(services: Services) -> None:

@@ -64,3 +64,25 @@ def test_the_shipped_run_table_is_complete():
     assert len(runs) == 171 and runs["run_id"].is_unique
     assert runs.iloc[:, 7:].notna().all().all()
     assert (REPO / "docs" / "design.md").is_file() and (DATAFLEX_CSV.parent / "README.md").is_file()
+
+
+def test_the_pinned_cpu_and_gpu_stacks_satisfy_the_projects_requirements():
+    """constraints/cpu.txt (what make setup installs) and constraints/gpu.txt (the `gpu` extra's stack) each pin
+    versions that pyproject's requirements and the `gpu` extra allow."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    requirements = {}
+    for text in [*project["dependencies"], *project["optional-dependencies"]["gpu"]]:
+        requirement = Requirement(text)
+        requirements.setdefault(requirement.name.lower(), []).append(requirement.specifier)
+    for stack in ("cpu", "gpu"):
+        lines = (REPO / "constraints" / f"{stack}.txt").read_text().splitlines()
+        pins = [Requirement(line) for line in lines if line.strip() and not line.startswith("#")]
+        assert {"torch", "transformers", "numpy"} <= {pin.name for pin in pins}, stack
+        for pin in pins:
+            [version] = [spec.version for spec in pin.specifier]
+            for allowed in requirements.get(pin.name.lower(), []):
+                assert allowed.contains(version, prereleases=True), f"{stack}: {pin} is outside {allowed}"

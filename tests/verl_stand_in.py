@@ -21,7 +21,9 @@ its pids, the environment and the overrides go to `stand_in.json` next to the me
 
 Options before the overrides: --step-seconds S (sleep per step), --crash-after K (after step K
 print a traceback and exit 3), --exit-after-checkpoint K (exit 137, as if killed, right after
-saving step K's checkpoint).
+saving step K's checkpoint), --start-ray (start Ray as verl's main_ppo does, `ray.init(**ray_kwargs.ray_init)`,
+and record in stand_in.json what that Ray is: its GCS address, nodes, resources and the addresses its
+processes listen on).
 
 `write_model(path)` writes the model directory the stand-in's recipes name: verl's checks load its
 tokenizer and chat template; the stand-in never loads weights.
@@ -59,11 +61,35 @@ def accuracy(step: int, steps: int, strength: float, index: int, arm_id: str, se
     return 0.2 + 0.1 * strength * step / steps + 0.01 * index + offset
 
 
+def start_ray(overrides: dict) -> dict:
+    """`ray.init` with the `ray_kwargs.ray_init` overrides, as verl's main_ppo starts its Ray; what that Ray is."""
+    import psutil
+    import ray
+
+    prefix = "ray_kwargs.ray_init."
+    ray.init(**{key[len(prefix) :]: value for key, value in overrides.items() if key.startswith(prefix)})
+    listening = set()
+    for process in psutil.Process().children(recursive=True):
+        try:
+            listening |= {c.laddr.ip for c in process.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+        except psutil.Error:
+            continue
+    described = {
+        "gcs_address": ray.get_runtime_context().gcs_address,
+        "nodes": len(ray.nodes()),
+        "resources": {k: v for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU", "object_store_memory")},
+        "listening": sorted(listening),
+    }
+    ray.shutdown()
+    return described
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--step-seconds", type=float, default=0.0)
     parser.add_argument("--crash-after", type=int, default=0)
     parser.add_argument("--exit-after-checkpoint", type=int, default=0)
+    parser.add_argument("--start-ray", action="store_true")
     options, raw = parser.parse_known_args()
     overrides = {o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(raw)}
     steps, every = int(overrides["trainer.total_training_steps"]), int(overrides["trainer.test_freq"])
@@ -90,9 +116,18 @@ def main() -> int:
         "cwd": os.getcwd(),
         "env": {
             k: os.environ.get(k)
-            for k in ("CUDA_VISIBLE_DEVICES", "WANDB_MODE", "VERL_PLATFORM", "HF_HUB_OFFLINE", "RAY_ADDRESS")
+            for k in (
+                "CUDA_VISIBLE_DEVICES",
+                "WANDB_MODE",
+                "VERL_PLATFORM",
+                "HF_HUB_OFFLINE",
+                "RAY_ADDRESS",
+                "RAY_AUTH_MODE",
+            )
         },
     }
+    if options.start_ray:
+        info["ray"] = start_ray(overrides)
     metrics_path.with_name("stand_in.json").write_text(json.dumps(info))
     print(f"stand-in verl: {steps} steps, validation every {every}", flush=True)
 
