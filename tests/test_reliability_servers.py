@@ -343,6 +343,52 @@ def test_verl_trials_on_the_cluster_start_their_own_private_ray_on_loopback(serv
     assert nodes.stdout.strip().splitlines()[-1:] == ["2 2"], nodes.stdout + nodes.stderr[-3000:]
 
 
+def test_a_search_whose_driver_is_killed_resumes_on_the_cluster(services: Services) -> None:
+    """The driver of a search attached to the cluster is SIGKILLed once a cell has finished (Ray then ends its
+    trials: their actors are the driver's); the same command with `resume=true`, attached to the cluster again,
+    finishes: what was recorded stays, every milestone of every cell is recorded once, no finished cell trains again."""
+    root = services.root / "driver"
+    root.mkdir()
+    out = root / "out"
+    args = (
+        "ray.num_cpus=null",
+        f"ray.address={services.ray_address}",
+        "scheduler.name=fifo",
+        "+backend.sleep_s=0.7",
+        f"out={out}",
+        f"control_cache={root / 'cache'}",
+    )
+    env = environment(**services.ray_env)
+    driver = start(synthetic_search_command(*args), cwd=root, env=env, log=root / "search.log")
+    try:
+        wait_for(
+            lambda: any(r["final"] for r in records(out / "results.jsonl")) or driver.poll() is not None,
+            300,
+            "a cell's last milestone",
+            poll_s=0.2,
+        )
+        assert driver.poll() is None, (root / "search.log").read_text()[-3000:]
+        driver.kill()
+        driver.wait(timeout=60)
+    finally:
+        stop(driver)
+    before = records(out / "results.jsonl")
+    finished = {(r["arm_id"], r["seed"]) for r in before if r["final"]}
+    assert finished and len(before) < 8, before  # killed with a cell finished and others not
+    done = subprocess.run(
+        synthetic_search_command(*args, "resume=true"), cwd=root, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    after = records(out / "results.jsonl")
+    assert after[: len(before)] == before
+    cells = {(r["arm_id"], r["seed"]) for r in after}
+    assert len(cells) == 4 and sorted((r["arm_id"], r["seed"], r["step"]) for r in after) == sorted(
+        (arm, seed, step) for arm, seed in cells for step in (5, 10)
+    ), after  # every milestone of every cell, each once
+    assert not [r for r in after[len(before) :] if (r["arm_id"], r["seed"]) in finished]
+    assert (out / "summary.json").exists()
+
+
 def test_a_search_that_loses_a_node_finishes_every_cell_once_and_says_so(services: Services) -> None:
     """Last in this module: it kills the worker node. Two trials at a time, one per node; once the worker's has
     logged its first milestone (of 2), the worker's raylet is SIGKILLed; its trial runs again on the head."""
