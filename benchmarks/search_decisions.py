@@ -67,8 +67,8 @@ import pandas as pd
 from pandas.api.typing import SeriesGroupBy
 from scipy import stats
 
+from tune_dfrl.benchmarks import weights
 from tune_dfrl.rungs import RungRule, decide
-from tune_dfrl.schema import weights
 from tune_dfrl.scores import dataflex_benchmarks
 from tune_dfrl.sequential import SequentialRule, is_settled, look, recommendation
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-from tune_dfrl.scores import BenchmarkSet
+from tune_dfrl.benchmarks import BenchmarkSet
 
 
 @dataclass(frozen=True)

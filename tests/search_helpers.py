@@ -20,7 +20,8 @@ import numpy as np
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from tune_dfrl.backend import ArmSpec, BenchmarkInfo, CalibrationResult, Milestone
+from tune_dfrl.backend import ArmSpec, CalibrationResult, Milestone
+from tune_dfrl.benchmarks import BenchmarkInfo
 from tune_dfrl.search import register_configs
 
 BENCHMARKS = [

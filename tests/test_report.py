@@ -18,9 +18,9 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from tune_dfrl import render
-from tune_dfrl.backend import BenchmarkInfo
+from tune_dfrl.benchmarks import BenchmarkInfo, BenchmarkSet
 from tune_dfrl.report import _main, analyze, default_control, write_report
-from tune_dfrl.scores import BenchmarkSet, ScoreTable, load_csv, load_results
+from tune_dfrl.scores import ScoreTable, load_csv, load_results
 from tune_dfrl.settings import register_settings
 
 MAIN_7B = {"campaign": "main", "model": "Qwen2.5-7B-Instruct"}

@@ -18,11 +18,12 @@ from tune_dfrl.trainers.embedded.evaluate import aggregate as embedded_aggregate
 from tune_dfrl.trainers.verl.launcher import MilestoneReader
 from tune_dfrl.trainers.verl.recipe import BenchmarkSource
 
-from tune_dfrl.backend import Milestone
+from tune_dfrl.backend import RESULT_PREFIXES, SCORE, Milestone
+from tune_dfrl.benchmarks import BenchmarkSet
 from tune_dfrl.report import analyze, write_report
 from tune_dfrl.results import flat_result, milestone_record
-from tune_dfrl.schema import RESULT_PREFIXES, SCORE, Recommendation, Summary
-from tune_dfrl.scores import BenchmarkSet, ScoreTable
+from tune_dfrl.schema import Recommendation, Summary
+from tune_dfrl.scores import ScoreTable
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = get_benchmarks()  # the embedded backend's twelve, three domains, sizes 150-300
@@ -134,7 +135,7 @@ def test_a_milestone_flattens_by_the_schema_prefixes_and_back():
     assert flat_result(record) == {**flat, "final": True, "threads": 1}
 
 
-def test_no_module_but_the_schema_spells_a_metric_prefix():
+def test_no_module_but_the_backend_contract_spells_a_metric_prefix():
     spelled = re.compile(r"""["']({})""".format("|".join(re.escape(p) for p in RESULT_PREFIXES)))
     sources = [
         p for folder in ("tune_dfrl", "trainers", "policies", "benchmarks") for p in (ROOT / folder).rglob("*.py")
@@ -142,7 +143,7 @@ def test_no_module_but_the_schema_spells_a_metric_prefix():
     offenders = [
         f"{p.relative_to(ROOT)}:{n}"
         for p in sources
-        if p.name != "schema.py"
+        if p != ROOT / "tune_dfrl" / "backend.py"  # where RESULT_PREFIXES is defined
         for n, line in enumerate(p.read_text().splitlines(), 1)
         if spelled.search(line)
     ]

@@ -12,9 +12,16 @@ import pytest
 from mlflow_helpers import SearchStore
 from repo_files import DATAFLEX_CSV
 
-from tune_dfrl.backend import BenchmarkInfo
-from tune_dfrl.schema import aggregate, aggregation_list, check_aggregations, default_aggregations, weights
-from tune_dfrl.scores import BenchmarkSet, ScoreTable, dataflex_benchmarks, load_csv, load_mlflow, load_results
+from tune_dfrl.benchmarks import (
+    BenchmarkInfo,
+    BenchmarkSet,
+    aggregate,
+    aggregation_list,
+    check_aggregations,
+    default_aggregations,
+    weights,
+)
+from tune_dfrl.scores import ScoreTable, dataflex_benchmarks, load_csv, load_mlflow, load_results
 
 MAIN_7B = {"campaign": "main", "model": "Qwen2.5-7B-Instruct"}
 

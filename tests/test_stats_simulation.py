@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tune_dfrl.schema import aggregate, weights
+from tune_dfrl.benchmarks import aggregate, weights
 from tune_dfrl.scores import dataflex_benchmarks
 from tune_dfrl.stats import BCA_COVERAGE_95, paired_verdicts
 

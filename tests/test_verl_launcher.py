@@ -136,8 +136,9 @@ def test_run_trial_reports_milestones_and_leaves_no_process(recipe, tmp_path):
         "WANDB_MODE": "disabled",
         "HF_HUB_OFFLINE": "1",
         "RAY_ADDRESS": None,
+        "RAY_AUTH_MODE": "token",
         "VERL_PLATFORM": None,
-    }  # device cuda: no CPU platform
+    }  # device cuda: no CPU platform; the child's own Ray with token authentication
     assert {
         "data.seed=7",
         "actor_rollout_ref.actor.data_loader_seed=7",

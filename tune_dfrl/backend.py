@@ -1,7 +1,9 @@
 """The contract between the search service and a training backend.
 
 A backend trains one *trial* = one arm at one seed, and reports evaluation milestones.
-Scores are accuracies in percent (0-100), so paired deltas are in points.
+Scores are accuracies in percent (0-100), so paired deltas are in points. A milestone is reported flat to Ray
+Tune and MLflow as `step` plus `PREFIX + name` per figure (`RESULT_PREFIXES`); the search metric is
+`SCORE + aggregation` (`tune_dfrl.benchmarks`). Light on purpose: the trainers import it.
 """
 
 from __future__ import annotations
@@ -11,16 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from tune_dfrl.schema import RESULT_PREFIXES
+from tune_dfrl.benchmarks import BenchmarkInfo
 
-
-@dataclass(frozen=True)
-class BenchmarkInfo:
-    """One evaluation benchmark: its name, domain (math | logic | science) and item count."""
-
-    name: str
-    domain: str
-    items: int
+SCORE, ACCURACY, LENGTH, FORMAT_FAILURE, TRAIN = "score/", "acc/", "len/", "fmt_fail/", "train/"
+RESULT_PREFIXES = {
+    ACCURACY: "accuracy",
+    LENGTH: "length_chars",
+    FORMAT_FAILURE: "format_failure",
+    SCORE: "aggregates",
+    TRAIN: "train",
+}  # flat key prefix -> field of a Milestone and of a results line
 
 
 @dataclass(frozen=True)

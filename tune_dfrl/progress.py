@@ -14,9 +14,9 @@ from typing import Any, TextIO
 
 from ray.tune import Callback
 
+from tune_dfrl.backend import SCORE
 from tune_dfrl.ledger import FAILED, FINISHED, STOPPED, PairedEstimate, PairedLedger
 from tune_dfrl.rungs import ArmDecision
-from tune_dfrl.schema import SCORE
 
 
 class Progress(Callback):

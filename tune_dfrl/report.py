@@ -29,22 +29,25 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from tune_dfrl.ledger import PairedLedger
-from tune_dfrl.render import print_summary, write_report
-from tune_dfrl.schema import (
-    EQUIVALENT,
-    SCORE,
-    ArmStatus,
-    Recommendation,
-    SeriesPoint,
-    Summary,
+from tune_dfrl.backend import SCORE
+from tune_dfrl.benchmarks import (
+    BenchmarkSet,
     aggregate,
     aggregation_list,
     check_aggregations,
     default_aggregations,
     members,
 )
-from tune_dfrl.scores import BenchmarkSet, Runs, ScoreTable, load_csv, load_results
+from tune_dfrl.ledger import PairedLedger
+from tune_dfrl.render import print_summary, write_report
+from tune_dfrl.schema import (
+    EQUIVALENT,
+    ArmStatus,
+    Recommendation,
+    SeriesPoint,
+    Summary,
+)
+from tune_dfrl.scores import Runs, ScoreTable, load_csv, load_results
 from tune_dfrl.stats import (
     BCA_COVERAGE_95,
     paired_verdicts,

@@ -40,8 +40,8 @@ from typing import Any
 
 from ray.tune import Callback
 
+from tune_dfrl.backend import RESULT_PREFIXES
 from tune_dfrl.ledger import PairedLedger
-from tune_dfrl.schema import RESULT_PREFIXES
 
 PLAN, FAILURES, STOPS, LOOKS = "search.json", "failures.jsonl", "stops.jsonl", "sequential.json"
 EQUIVALENTS = "control_equivalent.jsonl"

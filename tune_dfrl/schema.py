@@ -1,132 +1,19 @@
-"""The result schema: metric names, the aggregates of DESIGN §6 (for both backends and the report), `summary.json`.
+"""The result schema: `summary.json`.
 
-A milestone is reported flat to Ray Tune and MLflow as `step` plus `PREFIX + name` per figure (`RESULT_PREFIXES`);
-the search metric is `SCORE + aggregation`. Aggregates of one run with accuracy a_b (%) on benchmark b of domain
-D(b) with n_b items and mean response length l_b (characters):
-
-- `db` (domain-balanced, primary): mean over domains d of (mean of a_b over the b in d);
-- `macro`: mean of a_b; `item`: sum_b n_b a_b / sum_b n_b; a named subset: mean of a_b over its members;
-- `efficiency` (correct answers per 1000 characters): 1000 * sum_b n_b a_b / 100 / sum_b n_b l_b, NaN without characters.
-
-All but `efficiency` are linear, score = A @ w. Leaving benchmarks out (`drop`) recomputes the weights on the
-remaining ones; `db` then averages only the domains that keep a benchmark. `Summary` is what `summary.json`
-holds (`tune_dfrl.report.analyze`), NaN and infinite figures as null.
+`Summary` is what `summary.json` holds (`tune_dfrl.report.analyze`), NaN and infinite figures as null; the
+milestones' flat metric names are `tune_dfrl.backend`'s, their aggregates `tune_dfrl.benchmarks`'.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from tune_dfrl.stats import ArmVerdict
-
-if TYPE_CHECKING:
-    from tune_dfrl.scores import BenchmarkSet
-
-SCORE, ACCURACY, LENGTH, FORMAT_FAILURE, TRAIN = "score/", "acc/", "len/", "fmt_fail/", "train/"
-RESULT_PREFIXES = {
-    ACCURACY: "accuracy",
-    LENGTH: "length_chars",
-    FORMAT_FAILURE: "format_failure",
-    SCORE: "aggregates",
-    TRAIN: "train",
-}  # flat key prefix -> field of a Milestone and of a results line
-BUILTIN_AGGREGATIONS = ("db", "macro", "item", "efficiency")  # named benchmark subsets add their own
-
-
-def default_aggregations(bench: BenchmarkSet, has_lengths: bool) -> list[str]:
-    """db, macro, item, every named subset, and efficiency when response lengths are known."""
-    return ["db", "macro", "item", *bench.subsets, *(["efficiency"] if has_lengths else [])]
-
-
-def aggregation_list(names: Collection[str] | str | None) -> list[str]:
-    """Aggregation names as a list: a single name ("db", e.g. `aggregations=db` on the command line) or a
-    sequence of names; None or empty gives []. Anything else is an error naming what was given."""
-    if names is None:
-        return []
-    if isinstance(names, str):
-        return [names]
-    names = list(names)
-    if not all(isinstance(n, str) for n in names):
-        raise ValueError(f"aggregations must be names, e.g. [db,macro]; got {names}")
-    return names
-
-
-def check_aggregations(names: list[str], bench: BenchmarkSet, has_lengths: bool) -> None:
-    """Raise ValueError naming any aggregation that is unknown or (efficiency) lacks lengths; the allowed
-    names listed are the ones this table offers (efficiency only with response lengths)."""
-    if "efficiency" in names and not has_lengths:
-        raise ValueError(
-            "aggregation 'efficiency' needs response lengths (length_chars), which this score table lacks; "
-            f"allowed: {', '.join(default_aggregations(bench, has_lengths))}"
-        )
-    allowed = default_aggregations(bench, has_lengths)
-    unknown = [n for n in names if n not in allowed]
-    if unknown:
-        raise ValueError(f"unknown aggregations {unknown}; allowed: {', '.join(allowed)}")
-    if len(set(names)) != len(names) or not names:
-        raise ValueError(f"aggregations must be a non-empty list without repeats; got {names}")
-
-
-def members(name: str, bench: BenchmarkSet) -> list[str]:
-    """The benchmarks an aggregation reads."""
-    return list(bench.subsets[name]) if name in bench.subsets else bench.names
-
-
-def weights(name: str, bench: BenchmarkSet, drop: Collection[str] = ()) -> np.ndarray:
-    """Weights w [B] (summing to 1, zero on dropped benchmarks) with score = accuracy @ w."""
-    if name not in BUILTIN_AGGREGATIONS and name not in bench.subsets:
-        raise ValueError(f"unknown aggregation {name!r}; allowed: {', '.join(default_aggregations(bench, True))}")
-    if name == "efficiency":
-        raise ValueError("efficiency is a ratio of sums, not a weighted mean; use aggregate()")
-    kept = np.array([b.name in members(name, bench) and b.name not in drop for b in bench.benchmarks])
-    if not kept.any():
-        raise ValueError(f"aggregation {name!r} keeps no benchmark after dropping {sorted(drop)}")
-    if name == "item":
-        w = np.array([b.items for b in bench.benchmarks], dtype=float) * kept
-    elif name == "db":
-        domain = np.array([b.domain for b in bench.benchmarks])
-        per_domain = {d: kept[domain == d].sum() for d in set(domain[kept])}
-        w = np.array([1.0 / per_domain[d] if k else 0.0 for d, k in zip(domain, kept)])
-    else:  # macro and named subsets: equal weights over the kept members
-        w = kept.astype(float)
-    return w / w.sum()
-
-
-def aggregate(
-    accuracy: np.ndarray,
-    name: str,
-    bench: BenchmarkSet,
-    length_chars: np.ndarray | None = None,
-    drop: Collection[str] = (),
-) -> np.ndarray:
-    """Aggregate [..., B] accuracies (%) to [...] scores under `name` (see the module docstring)."""
-    if name != "efficiency":
-        return accuracy @ weights(name, bench, drop)
-    if length_chars is None:
-        raise ValueError("aggregation 'efficiency' needs response lengths (length_chars)")
-    items = np.array([b.items if b.name not in drop else 0 for b in bench.benchmarks], dtype=float)
-    if not items.any():
-        raise ValueError(f"aggregation 'efficiency' keeps no benchmark after dropping {sorted(drop)}")
-    correct = accuracy / 100.0 @ items
-    characters = length_chars @ items
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(characters > 0, 1000.0 * correct / characters, np.nan)  # no characters: undefined, not 0
-
-
-def milestone_aggregates(
-    accuracy: Mapping[str, float], length_chars: Mapping[str, float], bench: BenchmarkSet
-) -> dict[str, float]:
-    """A backend's milestone aggregates: every default aggregation of one run's per-benchmark accuracies (%),
-    efficiency when `length_chars` covers every benchmark."""
-    has_lengths = set(length_chars) >= set(bench.names)
-    acc = np.array([accuracy[name] for name in bench.names])
-    chars = np.array([length_chars[name] for name in bench.names]) if has_lengths else None
-    return {name: float(aggregate(acc, name, bench, chars)) for name in default_aggregations(bench, has_lengths)}
 
 
 def json_safe(value: Any) -> Any:

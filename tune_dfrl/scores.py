@@ -32,11 +32,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
-from tune_dfrl.backend import BenchmarkInfo
+from tune_dfrl.backend import ACCURACY, LENGTH
+from tune_dfrl.benchmarks import BenchmarkSet
 from tune_dfrl.ledger import PairedLedger
-from tune_dfrl.schema import ACCURACY, BUILTIN_AGGREGATIONS, LENGTH
 
 DATAFLEX_BENCHMARKS = Path(__file__).with_name("benchmarks_dataflex.yaml")
 MAX_LISTED = 8  # how many offending cells an error message lists
@@ -46,104 +45,6 @@ def _listing(items: Iterable[Any]) -> str:
     items = list(items)
     shown = ", ".join(str(i) for i in items[:MAX_LISTED])
     return shown + (f", ... ({len(items)} in all)" if len(items) > MAX_LISTED else "")
-
-
-@dataclass(frozen=True)
-class BenchmarkSet:
-    """Benchmark metadata: name, domain and item count of each benchmark, plus named subsets.
-
-    A subset is an equal-weight aggregation over its member benchmarks (e.g. `math_heavy`).
-    """
-
-    benchmarks: tuple[BenchmarkInfo, ...]
-    subsets: dict[str, tuple[str, ...]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not self.benchmarks:
-            raise ValueError("benchmark metadata lists no benchmark")
-        names = [b.name for b in self.benchmarks]
-        if len(set(names)) != len(names):
-            raise ValueError(f"benchmark names must be unique; got {names}")
-        for b in self.benchmarks:
-            if not isinstance(b.items, int) or b.items <= 0:
-                raise ValueError(f"benchmark {b.name!r}: item count must be a positive integer; got {b.items!r}")
-            if not b.domain:
-                raise ValueError(f"benchmark {b.name!r}: domain must be a non-empty name")
-        for subset, members in self.subsets.items():
-            if subset in BUILTIN_AGGREGATIONS:
-                raise ValueError(
-                    f"subset name {subset!r} clashes with a built-in aggregation ({', '.join(BUILTIN_AGGREGATIONS)})"
-                )
-            unknown = [m for m in members if m not in names]
-            if unknown or not members:
-                raise ValueError(f"subset {subset!r} names unknown benchmarks {unknown}; allowed: {', '.join(names)}")
-
-    @property
-    def names(self) -> list[str]:
-        return [b.name for b in self.benchmarks]
-
-    @property
-    def domains(self) -> list[str]:
-        """Domain names in order of first appearance."""
-        return list(dict.fromkeys(b.domain for b in self.benchmarks))
-
-    @classmethod
-    def from_records(
-        cls, records: Iterable[Mapping[str, Any]], subsets: Mapping[str, Iterable[str]] | None = None
-    ) -> BenchmarkSet:
-        """From `[{"name", "domain", "items"}, ...]` and `{subset: [benchmark, ...]}`; any other shape is an error."""
-        if not isinstance(records, list):
-            raise ValueError(f"'benchmarks' must be a list of {{name, domain, items}} records; got {records!r}")
-        infos = []
-        for record in records:
-            if not isinstance(record, Mapping):
-                raise ValueError(f"benchmark record {record!r} is not a mapping; each needs name, domain, items")
-            missing = {"name", "domain", "items"} - set(record)
-            if missing:
-                raise ValueError(
-                    f"benchmark record {dict(record)} lacks {sorted(missing)}; each needs name, domain, items"
-                )
-            items = record["items"]
-            if isinstance(items, bool) or not isinstance(items, int):
-                raise ValueError(f"benchmark {record['name']!r}: item count must be a positive integer; got {items!r}")
-            infos.append(BenchmarkInfo(str(record["name"]), str(record["domain"]), items))
-        subsets = subsets or {}
-        if not isinstance(subsets, Mapping) or not all(isinstance(m, list) for m in subsets.values()):
-            raise ValueError(f"'subsets' must map each subset name to a list of benchmarks; got {subsets!r}")
-        return cls(tuple(infos), {str(name): tuple(str(m) for m in members) for name, members in subsets.items()})
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | list[Any]) -> BenchmarkSet:
-        """From `{"benchmarks": [...], "subsets": {...}}` or a bare list of benchmark records."""
-        if isinstance(data, list):
-            return cls.from_records(data)
-        if not isinstance(data, Mapping) or "benchmarks" not in data:
-            got = f"keys {sorted(data)}" if isinstance(data, Mapping) else repr(data)
-            raise ValueError(f"benchmark metadata needs a 'benchmarks' list; got {got}")
-        return cls.from_records(data["benchmarks"], data.get("subsets"))
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> BenchmarkSet:
-        """From a YAML or JSON file (JSON is YAML); unreadable or malformed metadata is an error naming the file."""
-        try:
-            with open(path) as handle:
-                data = yaml.safe_load(handle)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"benchmark metadata {path}: no such file") from None
-        except yaml.YAMLError as error:
-            raise ValueError(
-                f"benchmark metadata {path} is not valid YAML/JSON: {' '.join(str(error).split())}"
-            ) from None
-        try:
-            return cls.from_mapping(data)
-        except ValueError as error:
-            raise ValueError(f"benchmark metadata {path}: {error}") from None
-
-    def to_mapping(self) -> dict[str, Any]:
-        return {
-            "benchmarks": [{"name": b.name, "domain": b.domain, "items": b.items} for b in self.benchmarks],
-            "subsets": {name: list(members) for name, members in self.subsets.items()},
-        }
 
 
 def dataflex_benchmarks() -> BenchmarkSet:

@@ -23,11 +23,11 @@ from typing import Any
 
 import yaml
 
-from tune_dfrl.backend import ArmSpec, Backend
+from tune_dfrl.backend import SCORE, ArmSpec, Backend
 from tune_dfrl.backend_registry import backend_errors, get_backend
+from tune_dfrl.benchmarks import BUILTIN_AGGREGATIONS
 from tune_dfrl.control_cache import default_cache_root
 from tune_dfrl.resume import LOCK, check_folder_free, describe_differences
-from tune_dfrl.schema import BUILTIN_AGGREGATIONS, SCORE
 from tune_dfrl.sequential import SequentialRule
 from tune_dfrl.services import (
     check_folder,

@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 from ray.tune import Callback
 
-from tune_dfrl.backend import Backend, BenchmarkInfo
+from tune_dfrl.backend import Backend
 from tune_dfrl.backend_registry import backend_errors
+from tune_dfrl.benchmarks import BenchmarkInfo
 from tune_dfrl.control_cache import ControlCache
 from tune_dfrl.guarded import Guarded
 from tune_dfrl.results import read_records, repair_log, write_records

@@ -38,12 +38,13 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from ray.tune import Callback
 
-from tune_dfrl.backend import BenchmarkInfo
+from tune_dfrl.backend import RESULT_PREFIXES, SCORE
+from tune_dfrl.benchmarks import BenchmarkInfo, BenchmarkSet
 from tune_dfrl.ledger import PairedLedger
 from tune_dfrl.results import RECORD_FILES, SearchRecord
 from tune_dfrl.rungs import ArmDecision
-from tune_dfrl.schema import EQUIVALENT, RESULT_PREFIXES, SCORE, Summary
-from tune_dfrl.scores import BenchmarkSet, ScoreTable, load_mlflow
+from tune_dfrl.schema import EQUIVALENT, Summary
+from tune_dfrl.scores import ScoreTable, load_mlflow
 
 ROLE = "tune_dfrl.role"
 RECORD = "record"  # the search run's artifact folder holding the search's record (`results.RECORD_FILES`)

@@ -14,7 +14,7 @@ from functools import cache
 
 import numpy as np
 
-from tune_dfrl.backend import BenchmarkInfo
+from tune_dfrl.benchmarks import BenchmarkInfo
 
 from .overlap import JACCARD_THRESHOLD, max_jaccard, normal_form
 from .tasks import DOMAINS, KINDS, Item, make_item

@@ -14,8 +14,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from tune_dfrl.schema import milestone_aggregates
-from tune_dfrl.scores import BenchmarkSet
+from tune_dfrl.benchmarks import BenchmarkSet, milestone_aggregates
 
 from .benchmarks import Benchmark
 from .model import decode_responses, encode_items
@@ -51,7 +50,7 @@ class EvalResult:
 
 
 def aggregate(benchmarks: list[Benchmark], scored: list[Scored]) -> EvalResult:
-    """Per-benchmark figures and their aggregates (`tune_dfrl.schema.milestone_aggregates`)."""
+    """Per-benchmark figures and their aggregates (`tune_dfrl.benchmarks.milestone_aggregates`)."""
     accuracy = {b.name: 100.0 * float(s.correct.mean()) for b, s in zip(benchmarks, scored)}
     length_chars = {b.name: float(s.chars.mean()) for b, s in zip(benchmarks, scored)}
     bench = BenchmarkSet(tuple(b.info() for b in benchmarks))

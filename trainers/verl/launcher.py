@@ -32,8 +32,7 @@ from typing import Any
 import numpy as np
 
 from tune_dfrl.backend import Milestone
-from tune_dfrl.schema import milestone_aggregates
-from tune_dfrl.scores import BenchmarkSet
+from tune_dfrl.benchmarks import BenchmarkSet, milestone_aggregates
 
 from .recipe import BenchmarkSource
 from .supervise import end_group, signal_group

@@ -46,8 +46,8 @@ from typing import Any
 
 import yaml
 
-from tune_dfrl.backend import ArmSpec, BenchmarkInfo
-from tune_dfrl.scores import BenchmarkSet
+from tune_dfrl.backend import ArmSpec
+from tune_dfrl.benchmarks import BenchmarkInfo, BenchmarkSet
 
 from .plugin import TRAINER_MODE
 
