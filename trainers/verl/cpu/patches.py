@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -75,17 +76,24 @@ def check_distributed(module: ModuleType) -> None:
     )
 
 
+def replace_once(module: ModuleType, name: str, replacement: Callable[[Any], Callable[..., Any]]) -> None:
+    """Set `module.name` to `replacement(original)`, carrying the original as `__wrapped__`; a name already replaced
+    (it has `__wrapped__`) is left as it is."""
+    original = getattr(module, name)
+    if getattr(original, "__wrapped__", None) is None:
+        setattr(module, name, functools.wraps(original, updated=())(replacement(original)))
+
+
 def patch_distributed(module: ModuleType) -> None:
     check_distributed(module)
-    original = module.initialize_global_process_group_ray
-    if getattr(original, "__wrapped__", None) is not None:
-        return
 
-    @functools.wraps(original)
-    def initialize_global_process_group_ray(timeout_second: Any = None, backend: str | None = None) -> None:
-        return original(timeout_second=timeout_second, backend=backend or CPU_BACKEND)
+    def cpu_default(original: Callable[..., None]) -> Callable[..., None]:
+        def initialize_global_process_group_ray(timeout_second: Any = None, backend: str | None = None) -> None:
+            return original(timeout_second=timeout_second, backend=backend or CPU_BACKEND)
 
-    module.initialize_global_process_group_ray = initialize_global_process_group_ray
+        return initialize_global_process_group_ray
+
+    replace_once(module, "initialize_global_process_group_ray", cpu_default)
 
 
 def check_engines(module: ModuleType) -> None:
@@ -122,15 +130,14 @@ def check_offload_policy(module: ModuleType) -> None:
 
 def unpin_offload_policy(module: ModuleType) -> None:
     check_offload_policy(module)
-    policy = module.CPUOffloadPolicy
-    if getattr(policy, "__wrapped__", None) is not None:
-        return
 
-    @functools.wraps(policy, updated=())
-    def unpinned(pin_memory: bool = True) -> Any:
-        return policy(pin_memory=False)
+    def unpinned(policy: type) -> Callable[..., Any]:
+        def build(pin_memory: bool = True) -> Any:
+            return policy(pin_memory=False)
 
-    module.CPUOffloadPolicy = unpinned
+        return build
+
+    replace_once(module, "CPUOffloadPolicy", unpinned)
 
 
 def patch_engines(module: ModuleType) -> None:
