@@ -292,7 +292,8 @@ def test_the_tracking_server_received_parents_children_and_summaries(searched: P
 def test_verl_trials_on_the_cluster_start_their_own_private_ray_on_loopback(services: Services) -> None:
     """A verl search attached to the cluster (the stand-in child, which starts Ray as verl's main_ppo does: `ray.init`
     with the trial's `ray_kwargs.ray_init`): each trial's child runs a new one-node Ray of the trial's size, on
-    127.0.0.1 only, with token authentication; the cluster keeps its two nodes."""
+    127.0.0.1 only, with token authentication; the cluster keeps its two nodes. Four trials each start a Ray instance
+    on the two nodes' 2 CPUs: about 50 s on an idle machine, up to 150 s beside the rest of `make test`."""
     root = services.root / "verl"
     root.mkdir()
     train, val = export_tasks(root / "data", per_domain=4)

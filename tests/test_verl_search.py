@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
-from reliability_helpers import alive
+from reliability_helpers import alive, records
 from tune_dfrl.trainers.verl.export import export_tasks
 from tune_dfrl.trainers.verl.recipe import hydra_quote
 from verl_stand_in import accuracy, write_model
@@ -66,12 +66,8 @@ def searched(data) -> Path:
     return out
 
 
-def records(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-
-
 def test_every_cell_reports_the_childs_validation_milestones(searched: Path) -> None:
-    rows = records(searched)
+    rows = records(searched / "results.jsonl")
     cells = {(r["arm_id"], r["seed"]): [] for r in rows}
     for r in rows:
         cells[r["arm_id"], r["seed"]].append(r["step"])
