@@ -11,7 +11,7 @@ PYTHON="${PYTHON:-.venv/bin/python}"
 command -v nvidia-smi >/dev/null && nvidia-smi -L | grep -q GPU \
   || { echo "verl_gpu_smoke: no NVIDIA GPU found (nvidia-smi -L); this check needs one" >&2; exit 2; }
 "$PYTHON" -c "import vllm" 2>/dev/null \
-  || { echo "verl_gpu_smoke: vLLM is not installed; install verl[vllm]==0.9.1 as docs/readme_verl.md shows" >&2; exit 2; }
+  || { echo "verl_gpu_smoke: vLLM is not installed; pip install -c constraints/gpu.txt -e '.[gpu]' (docs/readme_verl.md)" >&2; exit 2; }
 
 export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}"
 exec "$PYTHON" benchmarks/verl_cpu_e2e.py --device cuda "$@"
