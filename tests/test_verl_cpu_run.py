@@ -165,7 +165,8 @@ def test_a_killed_trial_validates_the_milestone_it_lost_then_continues_with_the_
     the trial dies between verl's checkpoint of a step and that step's validation). The rerun finds a checkpoint
     newer than the last milestone, validates it before training (milestone 1: validation only, no training means,
     the killed start's accuracy: the checkpoint's weights, greedy decoding), trains step 2 only, reports its
-    milestone, and leaves no process and no private Ray folder behind.
+    milestone, and leaves no process and no private Ray folder behind. Minutes: two verl starts in sequence, besides
+    the shared control run.
 
     Same arm, same seed, same numbers: the killed start's step 1 and the rerun's step 2 are the uninterrupted
     control's, bit for bit (clock readings aside; the killed start also validated at step 1). Each response is

@@ -81,7 +81,9 @@ def control_cache(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def searched(files, control_cache, tmp_path_factory) -> tuple[Path, dict]:
-    """benchmarks/verl_cpu_e2e.py's search and its figures (seconds per step, trial start-up)."""
+    """benchmarks/verl_cpu_e2e.py's search and its figures (seconds per step, trial start-up). Minutes: 6 real verl
+    trials, two at a time, each ~40 s of start-up on an idle 2-core machine (docs/readme_verl.md, "Start-up
+    timeline"), longer beside the rest of `make test`."""
     root = tmp_path_factory.mktemp("verl_cpu_search")
     out = root / "out"
     args = e2e.search_args(files, "cpu", ARMS, SEEDS, STEPS, out, control_cache, one_at_a_time=False)
@@ -175,6 +177,8 @@ class Resumed:
 
 @pytest.fixture(scope="module")
 def resumed(searched, files, control_cache, tmp_path_factory) -> Resumed:
+    """The first search's recipe with one arm, one trial at a time, killed with `kill -9` once a trial is checkpointed
+    and unfinished, then resumed. Minutes: up to 3 real verl starts in sequence."""
     root = tmp_path_factory.mktemp("verl_cpu_resume")
     out, ray_tmp = root / "out", short_tmp("rt-verl-")
     one_at_a_time = ("ray.num_cpus=1", "scheduler.name=fifo")  # the first search's recipe (its control is cached)
