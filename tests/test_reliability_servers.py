@@ -44,7 +44,7 @@ from reliability_helpers import (
 )
 from tune_dfrl.trainers.verl.export import export_tasks
 from tune_dfrl.trainers.verl.recipe import OBJECT_STORE_BYTES, hydra_quote
-from verl_stand_in import write_model
+from verl_stand_in import command_override, write_model
 
 from tune_dfrl.services import LOCAL_ONLY
 from tune_dfrl.trial import MILESTONES, cell_dir
@@ -87,7 +87,6 @@ NODES = """import ray, sys
 ray.init(address=sys.argv[1], log_to_driver=False)
 print(len(ray.nodes()), sum(1 for node in ray.nodes() if node["Alive"]))
 """
-STAND_IN = Path(__file__).with_name("verl_stand_in.py")
 
 
 @dataclass(frozen=True)
@@ -298,7 +297,6 @@ def test_verl_trials_on_the_cluster_start_their_own_private_ray_on_loopback(serv
     root.mkdir()
     train, val = export_tasks(root / "data", per_domain=4)
     model = write_model(root / "model")
-    child = ",".join(hydra_quote(p) for p in (sys.executable, str(STAND_IN), "--start-ray"))
     out = root / "out"
     done = subprocess.run(
         search_command(
@@ -308,7 +306,7 @@ def test_verl_trials_on_the_cluster_start_their_own_private_ray_on_loopback(serv
             f"backend.model_path={hydra_quote(str(model))}",
             f"backend.train_files=[{hydra_quote(str(train))}]",
             f"backend.val_files=[{hydra_quote(str(val))}]",
-            f"backend.command=[{child}]",
+            command_override("--start-ray"),
             "steps=2",
             "milestone_every=2",
             "seeds=2",

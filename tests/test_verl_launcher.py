@@ -21,12 +21,11 @@ from reliability_helpers import alive, records
 from tune_dfrl.trainers.verl.backend import VerlBackend
 from tune_dfrl.trainers.verl.launcher import JsonlTail, MilestoneReader, VerlRunError
 from tune_dfrl.trainers.verl.recipe import VerlRecipe, default_recipe
-from verl_stand_in import accuracy, write_model
+from verl_stand_in import accuracy, command, write_model
 
 from tune_dfrl.backend import ArmSpec, Milestone
 
 HERE = Path(__file__).parent
-STAND_IN = str(HERE / "verl_stand_in.py")
 # validation data_sources (sorted: index i in the stand-in's accuracy) -> benchmark, domain, items
 BENCHMARKS = [
     {"data_source": "src/a", "name": "alpha", "domain": "math", "items": 4},
@@ -113,7 +112,7 @@ def test_reader_reads_verl_file_logger_records_and_aggregates(recipe, tmp_path, 
 
 def stand_in(recipe: dict, *options: str) -> VerlBackend:
     """The verl backend with the stand-in child in place of verl's main_ppo."""
-    return VerlBackend({**recipe, "command": [sys.executable, STAND_IN, *options]})
+    return VerlBackend({**recipe, "command": command(*options)})
 
 
 def test_run_trial_reports_milestones_and_leaves_no_process(recipe, tmp_path):

@@ -16,9 +16,8 @@ from mlflow import MlflowClient
 from reliability_helpers import alive, records
 from tune_dfrl.trainers.verl.export import export_tasks
 from tune_dfrl.trainers.verl.recipe import hydra_quote
-from verl_stand_in import accuracy, write_model
+from verl_stand_in import accuracy, command_override, write_model
 
-STAND_IN = Path(__file__).with_name("verl_stand_in.py")
 STEPS, EVERY, SEEDS = 4, 2, (0, 1)
 
 
@@ -31,7 +30,6 @@ def data(tmp_path_factory) -> dict[str, Path]:
 
 def verl_args(data: dict[str, Path], *changes: str) -> list[str]:
     """A CPU verl search on the exported tasks, its trials run by the stand-in child."""
-    command = ",".join(hydra_quote(p) for p in (sys.executable, str(STAND_IN)))
     return [
         "space=difffilter_band",
         "backend=verl",
@@ -41,7 +39,7 @@ def verl_args(data: dict[str, Path], *changes: str) -> list[str]:
         f"backend.model_path={hydra_quote(str(data['model']))}",
         f"backend.train_files=[{hydra_quote(str(data['train']))}]",
         f"backend.val_files=[{hydra_quote(str(data['val']))}]",
-        f"backend.command=[{command}]",
+        command_override(),
         f"steps={STEPS}",
         f"milestone_every={EVERY}",
         f"seeds={len(SEEDS)}",

@@ -16,16 +16,15 @@ os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 import ray  # noqa: E402
 from ray import tune  # noqa: E402
 from tune_dfrl.trainers.verl.backend import VerlBackend  # noqa: E402
+from verl_stand_in import command  # noqa: E402
 
 from tune_dfrl.backend import ArmSpec  # noqa: E402
 from tune_dfrl.services import start_private_ray  # noqa: E402
 
-STAND_IN = str(Path(__file__).with_name("verl_stand_in.py"))
-
 
 def main() -> None:
     recipe, work = json.loads(sys.argv[1]), Path(sys.argv[2])
-    backend = VerlBackend({**recipe, "command": [sys.executable, STAND_IN]})
+    backend = VerlBackend({**recipe, "command": command()})
 
     def trainable(config: dict) -> None:
         (work / "trial_gpu_ids.json").write_text(json.dumps([int(i) for i in ray.get_gpu_ids()]))

@@ -44,6 +44,18 @@ import pyarrow.parquet as pq
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 
+def command(*options: str) -> list[str]:
+    """The recipe's `command` that runs this stand-in with `options` (before the overrides verl gets)."""
+    return [sys.executable, str(Path(__file__).resolve()), *options]
+
+
+def command_override(*options: str) -> str:
+    """`backend.command=[...]` for the search's command line: `command(*options)`, each item Hydra-quoted."""
+    from tune_dfrl.trainers.verl.recipe import hydra_quote
+
+    return f"backend.command=[{','.join(hydra_quote(part) for part in command(*options))}]"
+
+
 def write_model(path: Path) -> Path:
     """config.json and the embedded tokenizer with the exporter's verbatim chat template."""
     from tune_dfrl.trainers.embedded.model import build_tokenizer

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 from tune_dfrl.policies import RolloutBatch
 
-from tune_dfrl.backend import ArmSpec, BenchmarkInfo, CalibrationResult, Milestone
+from tune_dfrl.backend import ArmSpec, CalibrationResult, Milestone
+from tune_dfrl.benchmarks import BenchmarkInfo
 
 from .base import ensure_base_model
 from .benchmarks import BENCHMARKS, get_benchmarks

@@ -36,7 +36,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tune_dfrl.backend import ArmSpec, BenchmarkInfo, CalibrationResult, Milestone
+from tune_dfrl.backend import ArmSpec, CalibrationResult, Milestone
+from tune_dfrl.benchmarks import BenchmarkInfo
 
 from . import checks, timeline
 from .launcher import JsonlTail, MilestoneReader, VerlRunError, child_env, run_child

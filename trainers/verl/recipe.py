@@ -26,8 +26,8 @@ with verl's own config (`verl/trainer/config/ppo_trainer.yaml`) and, in order:
 - on `device: cpu`, last, `tune_dfrl.trainers.verl.cpu.cpu_overrides` (the CPU platform's settings: device,
   no torch.compile, sdpa, deterministic HF rollout, one logical GPU in the trial's private Ray).
 
-On `device: cpu` the rollout engine is `tune_dfrl.trainers.verl.cpu.ROLLOUT_NAME` (HF `generate`);
-that package is imported only then.
+On `device: cpu` the rollout engine is `tune_dfrl.trainers.verl.cpu.ROLLOUT_NAME` (HF `generate`). That package's
+`__init__` imports nothing from verl; its patches and rollout load only in processes started with `VERL_PLATFORM=cpu`.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ import yaml
 from tune_dfrl.backend import ArmSpec
 from tune_dfrl.benchmarks import BenchmarkInfo, BenchmarkSet
 
+from .cpu import ROLLOUT_NAME, cpu_overrides
 from .plugin import TRAINER_MODE
 
 RECIPE_FILE = importlib.resources.files("tune_dfrl") / "conf" / "backend" / "verl.yaml"
@@ -222,8 +223,6 @@ class VerlRecipe:
     def engine(self) -> str:
         """verl's `actor_rollout_ref.rollout.name`: `rollout_engine`, else vllm on cuda and the HF rollout on cpu."""
         if self.device == "cpu":
-            from tune_dfrl.trainers.verl.cpu import ROLLOUT_NAME
-
             return ROLLOUT_NAME
         return self.rollout_engine or ROLLOUT_ENGINES[0]
 
@@ -415,13 +414,6 @@ def attention_implementation() -> str:
     except Exception:  # not installed, or built for another torch
         return "sdpa"
     return VERL_ATTENTION
-
-
-def cpu_overrides() -> list[str]:
-    """The CPU platform's overrides (tune_dfrl.trainers.verl.cpu)."""
-    from tune_dfrl.trainers.verl import cpu
-
-    return cpu.cpu_overrides()
 
 
 def verl_config_dir() -> Path:
