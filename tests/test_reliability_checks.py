@@ -5,6 +5,7 @@ entries, and results lines replayed as Tune results."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from search_helpers import search_cfg
 from tune_dfrl.control_cache import ControlCache, code_digest
 from tune_dfrl.pairing import INNER_METRIC, PairedRepeater
 from tune_dfrl.results import flat_result, milestone_record
+from tune_dfrl.resume import STATE_FORMAT
 from tune_dfrl.scheduler import make_scheduler
 from tune_dfrl.search import plan_search, save_plan
 from tune_dfrl.services import ServiceError, check_ray_address, check_tracking_uri
@@ -177,6 +179,32 @@ def test_resume_with_another_space_or_recipe_is_refused_and_changes_nothing(
 def test_resume_with_the_stored_settings_is_accepted_and_may_add_arms(stored: Path) -> None:
     resumed = plan(stored, *stored_settings("resume=true", "arms=9"))
     assert resumed.resume and resumed.n_arms == 9 and resumed.tracking_uri == f"sqlite:///{stored / 'mlflow.db'}"
+
+
+@pytest.mark.parametrize("found", [0, STATE_FORMAT + 1, None])
+def test_a_folder_of_another_state_format_is_refused_naming_both_versions(stored: Path, found: int | None) -> None:
+    """A folder written by another tune_dfrl (its search.json names another `state_format`; None: the key absent,
+    which is format 1) is refused before any of its state is read, and nothing changes; format 1 is accepted."""
+    plan_file = stored / "search.json"
+    written = json.loads(plan_file.read_text())
+    assert written["state_format"] == STATE_FORMAT
+    if found is None:
+        del written["state_format"]
+    else:
+        written["state_format"] = found
+    plan_file.write_text(json.dumps(written))
+    if found is None and STATE_FORMAT == 1:
+        assert plan(stored, *stored_settings("resume=true")).resume
+        return
+    before = tree_bytes(stored)
+    shown = 1 if found is None else found
+    refused(
+        stored,
+        *stored_settings("resume=true"),
+        match=rf"resume=true: {stored} holds search state format {shown}; this tune_dfrl reads state format "
+        rf"{STATE_FORMAT} only: continue it with the tune_dfrl version that started it",
+    )
+    assert tree_bytes(stored) == before
 
 
 def test_a_new_search_never_overwrites_a_stored_one(stored: Path) -> None:

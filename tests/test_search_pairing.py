@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,9 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from tune_dfrl.pairing import INNER_METRIC, PairedRepeater
+from tune_dfrl.resume import STATE_FORMAT
+from tune_dfrl.rungs import RungBook, RungRule
+from tune_dfrl.scheduler import PairedScheduler
 from tune_dfrl.spaces import ArmFactory, SearchSpace
 
 SEEDS = (3, 7, 11)
@@ -223,3 +227,70 @@ def test_a_resume_after_a_tell_the_state_missed_does_not_tell_optuna_again(topk:
         (t.state, t.value, t.intermediate_values) for t in told
     ]
     assert resumed.suggest("t1") == Searcher.FINISHED
+
+
+def persisted_shape(value: object, found: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
+    """`module.Class` -> its attribute names, for every tune_dfrl object reachable from `value` (through containers
+    and tune_dfrl objects' attributes): the shape a pickle of `value` depends on."""
+    found = {} if found is None else found
+    cls = type(value)
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    if cls.__module__.startswith("tune_dfrl") and name not in found:
+        attributes = vars(value)
+        found[name] = sorted(attributes)
+        for item in attributes.values():
+            persisted_shape(item, found)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            persisted_shape(key, found)
+            persisted_shape(item, found)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            persisted_shape(item, found)
+    return found
+
+
+STATE_SHAPES = {  # the persisted shape of each state format (tune_dfrl.resume.STATE_FORMAT)
+    1: {
+        "searcher.pkl": [
+            "_cells", "_exhausted", "_metric", "_mode", "_optuna_ids", "_queue", "_suggested", "_told_inner", "arms",
+            "batches", "control", "feedback", "ledger", "max_duplicates", "n_arms", "seeds",
+        ],
+        "scheduler.pkl": ["book", "reached"],
+        "tune_dfrl.backend.ArmSpec": ["arm_id", "label", "method", "params"],
+        "tune_dfrl.feedback.OptunaFeedback": ["final_step", "intermediate", "ledger", "outcome", "searched", "seeds"],
+        "tune_dfrl.feedback.Told": ["arm", "state", "step", "value"],
+        "tune_dfrl.ledger.PairedLedger": ["_ends", "_scores", "control"],
+        "tune_dfrl.rungs.ArmDecision": ["arm", "decision", "rung", "seeds"],
+        "tune_dfrl.rungs.RungBook": ["_decided_at", "control", "decisions", "ledger", "rule", "rungs", "seeds"],
+        "tune_dfrl.rungs.RungDecision": ["keep", "leader", "reason"],
+        "tune_dfrl.rungs.RungRule": ["confidence", "eta", "grace_fraction", "min_seeds", "mode"],
+    },
+}  # fmt: skip
+
+
+def test_the_persisted_state_has_the_shape_of_its_format_version(topk: SearchSpace, tmp_path) -> None:
+    """What OUT/state/searcher.pkl and scheduler.pkl pickle (their keys, and the attributes of every tune_dfrl object
+    in them) is the shape recorded for STATE_FORMAT: a change of shape must raise STATE_FORMAT (and record the new
+    shape here), so that a folder of the old shape is refused with a message instead of failing inside a pickle.
+    (The seeds=auto batches are None here; their class is pinned by the searcher's `batches` key only.)"""
+    searcher = repeater(topk, n_arms=3, storage=optuna.storages.InMemoryStorage())
+    handed = hand_out(searcher, 6)  # the control's three cells, then an arm's
+    for tid, cfg in handed[:3]:
+        finish(searcher, tid, {10: CONTROL_10[cfg["seed"]], 20: CONTROL[cfg["seed"]]})
+    for tid, cfg in handed[3:]:
+        finish(searcher, tid, {10: 1.0, 20: CONTROL[cfg["seed"]] + 1.0})
+    searcher.save(str(tmp_path / "searcher.pkl"))
+    book = RungBook(RungRule(mode="race", confidence=0.8), rungs=[10, 20], control="C", seeds=(0, 1))
+    for arm, seed, score in (("C", 0, 1.0), ("A", 0, 2.0), ("C", 1, 1.0), ("A", 1, 3.0)):
+        book.observe(arm, seed, 10, score)
+    PairedScheduler(book, "score/db").save(str(tmp_path / "scheduler.pkl"))
+
+    with (tmp_path / "searcher.pkl").open("rb") as f:
+        state = pickle.load(f)["state"]
+    with (tmp_path / "scheduler.pkl").open("rb") as f:
+        scheduled = pickle.load(f)
+    shape = {"searcher.pkl": sorted(state), "scheduler.pkl": sorted(scheduled)}
+    persisted_shape(scheduled, persisted_shape(state, shape))
+    assert book.decisions and searcher.told  # the objects a search persists are all there
+    assert shape == STATE_SHAPES[STATE_FORMAT], "the persisted state changed shape: raise tune_dfrl.resume.STATE_FORMAT"

@@ -35,6 +35,11 @@ from tune_dfrl.results import append_record
 
 MAX_LISTED = 5
 LOCK = "search.lock"
+STATE_FORMAT = 1
+"""The shape of what `resume=true` reads back (the files above, the pickled searcher and scheduler), written to
+OUT/search.json as `state_format` (absent in folders written before the field: format 1). Raised whenever a persisted
+file or class changes shape (tests/test_search_pairing.py pins the shape of each version); a folder of another format
+is refused before anything is read (`check_state_format`)."""
 
 
 class FolderInUse(ValueError):
@@ -76,6 +81,21 @@ def _in_use(out: Path, holder: str) -> FolderInUse:
         f"{out} is in use by another search ({holder or 'holder unknown'}); one search per folder: "
         "wait for it to end (then resume=true continues it), or choose another out=DIR"
     )
+
+
+class StateFormatError(ValueError):
+    """OUT was written with another state format than this version of tune_dfrl reads."""
+
+
+def check_state_format(out: Path, stored: Mapping[str, Any]) -> None:
+    """Refuse to resume a folder whose search.json names another `state_format` than STATE_FORMAT."""
+    found = stored.get("state_format", 1)
+    if found != STATE_FORMAT:
+        raise StateFormatError(
+            f"resume=true: {out} holds search state format {found!r}; this tune_dfrl reads state format "
+            f"{STATE_FORMAT} only: continue it with the tune_dfrl version that started it, or start the search again "
+            "in another out=DIR"
+        )
 
 
 def state_dir(out: Path) -> Path:

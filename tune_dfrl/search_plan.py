@@ -27,7 +27,7 @@ from tune_dfrl.backend import SCORE, ArmSpec, Backend
 from tune_dfrl.backend_registry import backend_errors, get_backend
 from tune_dfrl.benchmarks import BUILTIN_AGGREGATIONS
 from tune_dfrl.control_cache import default_cache_root
-from tune_dfrl.resume import LOCK, check_folder_free, describe_differences
+from tune_dfrl.resume import LOCK, STATE_FORMAT, check_folder_free, check_state_format, describe_differences
 from tune_dfrl.sequential import SequentialRule
 from tune_dfrl.services import (
     check_folder,
@@ -394,6 +394,7 @@ def check_out(plan: Plan) -> dict[str, Any]:
             f"resume=true: there is no previous search in {out} (no search.json); run without resume=true to start one"
         )
     previous = json.loads(stored.read_text())
+    check_state_format(out, previous)
     before, now = previous.get("fingerprint", {}), plan.fingerprint()
     if before != now:
         raise SearchError(
@@ -424,4 +425,6 @@ def _faults(value: Any, seeds: tuple[int, ...], milestones: tuple[int, ...]) -> 
 
 def save_plan(plan: Plan) -> None:
     """OUT/search.json: the plan and its fingerprint (what `resume=true` checks)."""
-    (plan.out / "search.json").write_text(json.dumps({**plan.describe(), "fingerprint": plan.fingerprint()}, indent=2))
+    (plan.out / "search.json").write_text(
+        json.dumps({**plan.describe(), "fingerprint": plan.fingerprint(), "state_format": STATE_FORMAT}, indent=2)
+    )
