@@ -3,9 +3,11 @@
 See docs/architecture.md for the contract and DESIGN §3-§4 for the semantics.
 """
 
+from tune_dfrl.constraints import Bound, Context, Interval, ListOf, Options
+
 from .batch import RolloutBatch
 from .mixers import Mixer
-from .params import Bound, Context, Interval, LessThan, ListOf, Options, Param, ParamSpec
+from .params import LessThan, Param, ParamSpec
 from .registry import (
     ALL_METHODS,
     PAPER_METHODS,

@@ -27,8 +27,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from tune_dfrl.constraints import BOOL, Bound, Interval, ListOf
+
 from .batch import RolloutBatch
-from .params import BOOL, TEMPERATURE, Bound, Interval, ListOf, Param
+from .params import TEMPERATURE, Param
 
 
 @dataclass(frozen=True)

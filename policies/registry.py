@@ -17,9 +17,11 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from tune_dfrl.constraints import Context
+
 from .batch import RolloutBatch
 from .mixers import MIXERS, Mixer, MixerRule
-from .params import Context, Param, ParamSpec
+from .params import Param, ParamSpec
 from .reweighters import REWEIGHTERS, Reweighter, Weights, in_scope
 from .scorers import SCORERS, Scorer
 from .selectors import DENOMINATOR, SELECTORS, Selector, kept_group_advantages

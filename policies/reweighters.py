@@ -22,8 +22,10 @@ from typing import Any
 
 import torch
 
+from tune_dfrl.constraints import Context, Interval, Options
+
 from .batch import RolloutBatch
-from .params import TEMPERATURE, Context, Interval, LessThan, Options, Param, Reduce
+from .params import TEMPERATURE, LessThan, Param, Reduce
 
 
 @dataclass(frozen=True)

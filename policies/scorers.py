@@ -17,8 +17,10 @@ from typing import Any
 
 import torch
 
+from tune_dfrl.constraints import Interval, Options
+
 from .batch import RolloutBatch
-from .params import Interval, Options, Param
+from .params import Param
 
 
 @dataclass(frozen=True)

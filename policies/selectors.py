@@ -25,8 +25,10 @@ from typing import Any
 
 import torch
 
+from tune_dfrl.constraints import BOOL, Bound, Context, Interval, Options
+
 from .batch import RolloutBatch, rank_within_group
-from .params import BOOL, Bound, Context, Interval, LessThan, Options, Param, Reduce
+from .params import LessThan, Param, Reduce
 
 
 @dataclass(frozen=True)

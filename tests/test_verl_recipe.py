@@ -89,11 +89,13 @@ def test_reward_function_path_loads_through_verl():
     [
         ({"temprature": 1.0}, r"unknown verl recipe keys \['temprature'\]; allowed: .*lr"),
         ({"model_path": "???"}, "verl recipe key 'model_path' must be set"),
-        ({"rollout_n": 0}, "'rollout_n' must be an integer >= 1; got 0"),
-        ({"lr": "fast"}, "'lr' must be a number > 0"),
+        ({"rollout_n": 0}, "backend.rollout_n=0: allowed: an integer >= 1"),
+        ({"lr": "fast"}, "backend.lr='fast': allowed: a number > 0"),
+        ({"gpus_per_trial": -1}, "backend.gpus_per_trial=-1: allowed: null or an integer >= 0"),
+        ({"benchmarks": [{"data_source": "x", "domain": "math", "items": 0}]}, "benchmark 'x': items=0: allowed"),
         ({"ppo_mini_batch_size": 48}, "ppo_mini_batch_size=48 must divide train_batch_size=128"),
-        ({"rollout_engine": "hf"}, r"rollout_engine='hf'; allowed: null \(the device's\), vllm, sglang"),
-        ({"device": "tpu"}, "device='tpu'; allowed: cuda, cpu"),
+        ({"rollout_engine": "hf"}, r"backend.rollout_engine='hf': allowed: null or one of vllm, sglang"),
+        ({"device": "tpu"}, "backend.device='tpu': allowed: one of cuda, cpu"),
         (
             {"device": "cpu", "gpus_per_trial": 1, "rollout_engine": "vllm"},
             "device=cpu rolls out with tune_dfrl's HF rollout; rollout_engine=vllm needs GPUs",

@@ -44,8 +44,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tune_dfrl.constraints import Options, check_declared, check_value
 from tune_dfrl.ledger import FAILED, PairedLedger
-from tune_dfrl.settings import PAIRED_SCHEDULERS, OneOf, SchedulerSettings, check_fields, checked
+from tune_dfrl.settings import PAIRED_SCHEDULERS, SchedulerSettings
 from tune_dfrl.stats import paired_interval
 
 
@@ -63,8 +64,8 @@ class RungRule:
     )  # milestones before this fraction of the last are not rungs
 
     def __post_init__(self) -> None:
-        checked("scheduler.name", self.mode, OneOf(PAIRED_SCHEDULERS))
-        check_fields(self, SchedulerSettings, "scheduler.")
+        check_value("scheduler.name", self.mode, Options(PAIRED_SCHEDULERS))
+        check_declared(self, "scheduler.", SchedulerSettings)
 
     @classmethod
     def of(cls, settings: SchedulerSettings) -> RungRule:

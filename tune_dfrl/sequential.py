@@ -43,7 +43,8 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats
 
-from tune_dfrl.settings import ReportSettings, SequentialSettings, SettingsError, check_fields
+from tune_dfrl.constraints import check_declared
+from tune_dfrl.settings import ReportSettings, SequentialSettings, SettingsError
 from tune_dfrl.stats import negligible, paired_interval, sign_flip_floor
 
 NODES = 801  # Simpson nodes over each continuation region (odd)
@@ -62,8 +63,8 @@ class SequentialRule:
     futility_margin: float = SequentialSettings.futility_margin  # points: an upper bound below it -> futile
 
     def __post_init__(self) -> None:
-        check_fields(self, SequentialSettings, "sequential.")
-        check_fields(self, ReportSettings, "report.")  # alpha
+        check_declared(self, "sequential.", SequentialSettings)
+        check_declared(self, "report.", ReportSettings)  # alpha
         if self.max < self.start:
             raise SettingsError(f"sequential.max={self.max!r}: allowed: an integer >= sequential.start={self.start}")
 

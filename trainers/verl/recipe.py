@@ -48,6 +48,7 @@ import yaml
 
 from tune_dfrl.backend import ArmSpec
 from tune_dfrl.benchmarks import BenchmarkInfo, BenchmarkSet
+from tune_dfrl.constraints import Interval, Options, OrNull, Text, check_value
 
 from .cpu import ROLLOUT_NAME, cpu_overrides
 from .plugin import TRAINER_MODE
@@ -58,6 +59,23 @@ ROLLOUT_ENGINES = ("vllm", "sglang")  # GPU engines; the first is the default on
 DEVICES = ("cuda", "cpu")
 TOKENS_PER_GPU = 16384  # verl's default micro-batch token budget (dynamic batch size); at least one sequence
 MAX_EPOCHS = 1_000_000  # verl stops at trainer.total_training_steps; epochs must not end the run first
+COUNT = Interval(int, 1, None)
+# what each key allows on its own (relations between keys, paths and lists are checked in `VerlRecipe.from_dict`)
+KEY_CONSTRAINTS = {
+    "device": Options(DEVICES),
+    "gpus_per_trial": OrNull(Interval(int, 0, None)),
+    "cpus_per_trial": COUNT,
+    "rollout_n": COUNT,
+    "max_prompt_length": COUNT,
+    "max_response_length": COUNT,
+    "lr": Interval(float, 0.0, None, "right"),
+    "steps": COUNT,
+    "milestone_every": COUNT,
+    "train_batch_size": COUNT,
+    "ppo_mini_batch_size": OrNull(COUNT),
+    "domain_column": Text(),
+    "rollout_engine": OrNull(Options(ROLLOUT_ENGINES)),
+}
 DEVICE_GPUS = {"cuda": 8, "cpu": 1}  # gpus_per_trial when the recipe leaves it null: a node; cpu's one logical GPU
 # The recipe's verl settings on every device, before the recipe's `overrides` (which win):
 SHARED_SETTINGS = (
@@ -162,39 +180,23 @@ class VerlRecipe:
         for key in ("model_path", "train_files", "val_files"):
             if recipe[key] in (None, "???", [], ""):
                 raise ValueError(f"verl recipe key '{key}' must be set (it is {recipe[key]!r})")
-        counts = {
-            k: _integer(recipe, k, low=1)
-            for k in (
-                "rollout_n",
-                "max_prompt_length",
-                "max_response_length",
-                "steps",
-                "milestone_every",
-                "train_batch_size",
+        v = {key: check_value(f"backend.{key}", recipe[key], allowed) for key, allowed in KEY_CONSTRAINTS.items()}
+        device, engine = v["device"], v["rollout_engine"]
+        v["gpus_per_trial"] = DEVICE_GPUS[device] if v["gpus_per_trial"] is None else v["gpus_per_trial"]
+        v["ppo_mini_batch_size"] = v["ppo_mini_batch_size"] or v["train_batch_size"]
+        if v["train_batch_size"] % v["ppo_mini_batch_size"]:
+            raise ValueError(
+                f"ppo_mini_batch_size={v['ppo_mini_batch_size']} must divide train_batch_size={v['train_batch_size']}"
             )
-        }
-        mini = recipe["ppo_mini_batch_size"]
-        mini = counts["train_batch_size"] if mini is None else _integer(recipe, "ppo_mini_batch_size", low=1)
-        if counts["train_batch_size"] % mini:
-            raise ValueError(f"ppo_mini_batch_size={mini} must divide train_batch_size={counts['train_batch_size']}")
-        lr = recipe["lr"]
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-            raise ValueError(f"verl recipe key 'lr' must be a number > 0; got {lr!r}")
-        device, engine = recipe["device"], recipe["rollout_engine"]
-        if device not in DEVICES:
-            raise ValueError(f"device={device!r}; allowed: {', '.join(DEVICES)}")
-        gpus = DEVICE_GPUS[device] if recipe["gpus_per_trial"] is None else _integer(recipe, "gpus_per_trial", low=0)
-        if engine is not None and engine not in ROLLOUT_ENGINES:
-            raise ValueError(f"rollout_engine={engine!r}; allowed: null (the device's), {', '.join(ROLLOUT_ENGINES)}")
         if device == "cpu" and engine is not None:
             raise ValueError(
                 f"device=cpu rolls out with tune_dfrl's HF rollout; rollout_engine={engine} needs GPUs: "
                 "set rollout_engine=null"
             )
-        if device == "cpu" and gpus != 1:
+        if device == "cpu" and v["gpus_per_trial"] != 1:
             raise ValueError(
                 f"device=cpu trains in one process, which verl places on one logical GPU of the trial's "
-                f"private Ray: gpus_per_trial must be 1; got {gpus}"
+                f"private Ray: gpus_per_trial must be 1; got {v['gpus_per_trial']}"
             )
         command = recipe["command"]
         if command is not None and (
@@ -205,18 +207,11 @@ class VerlRecipe:
             model_path=_paths(recipe, "model_path")[0],
             train_files=_paths(recipe, "train_files"),
             val_files=_paths(recipe, "val_files"),
-            gpus_per_trial=gpus,
-            ppo_mini_batch_size=mini,
-            lr=float(lr),
-            domain_column=str(recipe["domain_column"]),
             benchmarks=None if recipe["benchmarks"] is None else tuple(_benchmark(r) for r in recipe["benchmarks"]),
             subsets={str(k): tuple(v) for k, v in dict(recipe["subsets"] or {}).items()},
-            rollout_engine=engine,
             overrides=tuple(str(o) for o in recipe["overrides"] or ()),
-            device=device,
-            cpus_per_trial=_integer(recipe, "cpus_per_trial", low=1),
             command=None if command is None else tuple(command),
-            **counts,
+            **v,
         )
 
     @property
@@ -239,13 +234,6 @@ class VerlRecipe:
         return BenchmarkSet(tuple(b.info() for b in self.benchmark_sources()), dict(self.subsets))
 
 
-def _integer(recipe: Mapping[str, Any], key: str, low: int) -> int:
-    value = recipe[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"verl recipe key '{key}' must be an integer >= {low}; got {value!r}")
-    return value
-
-
 def _paths(recipe: Mapping[str, Any], key: str) -> tuple[Path, ...]:
     """Absolute paths (`~` expanded): trials run in their own folders, on Ray workers."""
     value = recipe[key]
@@ -266,9 +254,7 @@ def _benchmark(record: Mapping[str, Any]) -> BenchmarkSource:
             f"verl benchmark entry {record} is malformed; keys: data_source, domain, items (required), "
             "name, reference_format (optional)"
         )
-    items = record["items"]
-    if isinstance(items, bool) or not isinstance(items, int) or items < 1:
-        raise ValueError(f"verl benchmark {record['data_source']!r}: items must be an integer >= 1; got {items!r}")
+    items = check_value(f"verl benchmark {record['data_source']!r}: items", record["items"], COUNT)
     return BenchmarkSource(
         data_source=str(record["data_source"]),
         name=str(record.get("name") or record["data_source"]),
