@@ -50,6 +50,8 @@ def test_backend_contract():
         ({"num_threads": 0}, r"backend.num_threads=0: allowed: null or an integer >= 1"),
         ({"max_new_tokens": 3}, r"'max_new_tokens' \(3\) must exceed the longest answer"),
         ({"base": {"stepss": 5}}, r"unknown base-model recipe key\(s\) \['stepss'\]"),
+        ({"base": {"steps": 0}}, r"backend.base.steps=0: allowed: an integer >= 1"),
+        ({"base": {"mistake_rate": 1.5}}, r"backend.base.mistake_rate=1.5: allowed: a number in \[0, 1\]"),
         ({"base": {"shape": {"width": 5}}}, r"unknown model shape key\(s\) \['width'\]"),
     ],
 )

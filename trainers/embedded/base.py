@@ -14,6 +14,7 @@ It is built once under a file lock, in a temporary directory renamed into place.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -30,6 +31,8 @@ from filelock import FileLock
 from rich.progress import Progress
 from transformers import Qwen2ForCausalLM
 
+from tune_dfrl.constraints import Interval, check_declared, declared
+
 from .benchmarks import BENCHMARKS, training_pools
 from .model import ALPHABET, PAD_ID, EncodedItems, ModelShape, build_tokenizer, encode_items, new_model, save_model
 from .rollout import response_log_probs
@@ -43,15 +46,16 @@ class BaseRecipe:
     """Everything that determines the base model (its cache key derives from it)."""
 
     shape: ModelShape = field(default_factory=ModelShape)
-    steps: int = 3000
-    batch_size: int = 32
-    lr: float = 3e-3
-    warmup_steps: int = 100
+    steps: int = declared(3000, Interval(int, 1, None))
+    batch_size: int = declared(32, Interval(int, 1, None))
+    lr: float = declared(3e-3, Interval(float, 0.0, None, "right"))
+    warmup_steps: int = declared(100, Interval(int, 0, None))
     domain_weights: tuple[float, ...] = (0.4, 0.3, 0.3)  # share of steps per domain (math, logic, science)
-    mistake_level: int = 2
-    mistake_rate: float = 0.6
-    seed: int = 0
-    threads: int = 2  # torch threads while building: fixed, so the result does not depend on the machine's cores
+    mistake_level: int = declared(2, Interval(int, 0, None))
+    mistake_rate: float = declared(0.6, Interval(float, 0.0, 1.0))
+    seed: int = declared(0, Interval(int, 0, None))
+    # torch threads while building: fixed, so the result does not depend on the machine's cores
+    threads: int = declared(2, Interval(int, 1, None))
 
     @classmethod
     def from_dict(cls, values: dict) -> BaseRecipe:
@@ -68,7 +72,8 @@ class BaseRecipe:
             if bad:
                 raise ValueError(f"unknown model shape key(s) {bad}; allowed: {', '.join(sorted(shape_keys))}")
             values["shape"] = ModelShape(**values["shape"])
-        return cls(**values)
+        recipe = cls(**values)
+        return dataclasses.replace(recipe, **check_declared(recipe, "backend.base."))
 
 
 def default_cache_dir() -> Path:
