@@ -21,7 +21,8 @@ from tune_dfrl.benchmarks import (
     default_aggregations,
     weights,
 )
-from tune_dfrl.scores import ScoreTable, dataflex_benchmarks, load_csv, load_mlflow, load_results
+from tune_dfrl.scores import ScoreTable, dataflex_benchmarks, load_csv, load_results
+from tune_dfrl.tracking import load_mlflow
 
 MAIN_7B = {"campaign": "main", "model": "Qwen2.5-7B-Instruct"}
 

@@ -15,16 +15,14 @@ Sources:
   filters on any column;
 - `load_results`: a search's output directory (`results.jsonl`, one JSON line per milestone, and
   `benchmarks.json`);
-- `load_mlflow`: a search's MLflow experiment (child runs tagged `tune_dfrl.role=seed` with
-  `acc/<benchmark>` metrics at milestone steps; the search-level run, tagged
-  `tune_dfrl.role=search`, holds the `benchmarks.json` artifact).
+- `tune_dfrl.tracking.load_mlflow`: a search's MLflow experiment, read beside the code that writes it
+  (`table_from_arm_rows` builds its table).
 """
 
 from __future__ import annotations
 
 import difflib
 import json
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tune_dfrl.backend import ACCURACY, LENGTH
+from tune_dfrl.backend import LENGTH
 from tune_dfrl.benchmarks import BenchmarkSet
 from tune_dfrl.ledger import PairedLedger
 
@@ -352,11 +350,11 @@ def load_results(path: str | Path, bench: BenchmarkSet | None = None) -> ScoreTa
         if repeated
         else ()
     )
-    table = _table_from_arm_rows(pd.DataFrame(rows), bench, {"kind": "results", "path": str(file)})
+    table = table_from_arm_rows(pd.DataFrame(rows), bench, {"kind": "results", "path": str(file)})
     return replace(table, notes=notes + table.notes)
 
 
-def _table_from_arm_rows(rows: pd.DataFrame, bench: BenchmarkSet, origin: dict[str, str]) -> ScoreTable:
+def table_from_arm_rows(rows: pd.DataFrame, bench: BenchmarkSet, origin: dict[str, str]) -> ScoreTable:
     """Name arms by label (label [arm_id] when a label is shared), keep lengths only when complete."""
     ids_per_label = rows.groupby("label")["arm_id"].nunique()
     shared = set(ids_per_label[ids_per_label > 1].index)
@@ -375,90 +373,3 @@ def _table_from_arm_rows(rows: pd.DataFrame, bench: BenchmarkSet, origin: dict[s
     elif lengths.notna().any():
         notes = ("response lengths are missing for some runs; the efficiency aggregation is unavailable",)
     return ScoreTable(rows[keep], bench, arm_info=arm_info, origin=origin, notes=notes)
-
-
-# ---------------------------------------------------------------------------------------- MLflow
-
-
-def load_mlflow(experiment: str, tracking_uri: str | None = None, bench: BenchmarkSet | None = None) -> ScoreTable:
-    """Load a search from its MLflow experiment.
-
-    Seed runs: tagged `tune_dfrl.role=seed`, `arm_id`, `arm_label`, `seed` (optional `method`),
-    with metrics `acc/<benchmark>` (and `len/<benchmark>`) logged at step = training step. The
-    search-level run (`tune_dfrl.role=search`) carries the `benchmarks.json` artifact, used unless
-    `bench` is given.
-    """
-    from mlflow.artifacts import download_artifacts
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        names = [e.name for e in client.search_experiments()]
-        raise ValueError(
-            f"no MLflow experiment named {experiment!r} at {tracking_uri or 'the default tracking URI'}; experiments: {_listing(names)}"
-        )
-
-    def runs_with_role(role: str) -> list[Any]:
-        runs, token = [], None
-        while True:
-            page = client.search_runs(
-                [found.experiment_id],
-                f"tags.`tune_dfrl.role` = '{role}'",
-                order_by=["attributes.start_time DESC"],
-                page_token=token,
-            )
-            runs.extend(page)
-            token = page.token
-            if not token:
-                return runs
-
-    origin = {"kind": "mlflow", "experiment": experiment, "tracking_uri": tracking_uri or ""}
-    search_runs = runs_with_role("search")
-    if search_runs:
-        origin["search_run_id"] = search_runs[0].info.run_id
-    if bench is None:
-        if not search_runs:
-            raise ValueError(
-                f"experiment {experiment!r} has no search-level run (tag tune_dfrl.role=search) holding "
-                "benchmarks.json; pass the benchmark metadata explicitly"
-            )
-        with tempfile.TemporaryDirectory() as tmp:
-            meta = download_artifacts(
-                run_id=origin["search_run_id"], artifact_path="benchmarks.json", dst_path=tmp, tracking_uri=tracking_uri
-            )
-            bench = BenchmarkSet.from_file(meta)
-    seed_runs = runs_with_role("seed")
-    if not seed_runs:
-        raise ValueError(f"experiment {experiment!r} has no seed run (tag tune_dfrl.role=seed)")
-    rows = []
-    for run in seed_runs:
-        tags = run.data.tags
-        missing = [t for t in ("arm_id", "seed") if t not in tags]
-        if missing:
-            raise ValueError(f"seed run {run.info.run_id} lacks tags {missing}; seed runs need arm_id, arm_label, seed")
-        lengths = {
-            (m.key, m.step): m.value
-            for name in bench.names
-            for m in client.get_metric_history(run.info.run_id, LENGTH + name)
-        }
-        for name in bench.names:
-            for metric in client.get_metric_history(run.info.run_id, ACCURACY + name):
-                rows.append(
-                    {
-                        "arm_id": tags["arm_id"],
-                        "label": tags.get("arm_label") or tags["arm_id"],
-                        "method": tags.get("method", ""),
-                        "parent_run_id": tags.get("mlflow.parentRunId", ""),
-                        "seed": tags["seed"],
-                        "step": metric.step,
-                        "benchmark": name,
-                        "score": metric.value,
-                        "length_chars": lengths.get((LENGTH + name, metric.step), np.nan),
-                    }
-                )
-    if not rows:
-        raise ValueError(
-            f"experiment {experiment!r}: no seed run has acc/<benchmark> metrics for {', '.join(bench.names)}"
-        )
-    return _table_from_arm_rows(pd.DataFrame(rows), bench, origin)

@@ -35,16 +35,17 @@ from typing import Any
 
 import pandas as pd
 from mlflow import MlflowClient
+from mlflow.artifacts import download_artifacts
 from mlflow.entities import Metric, Param, RunTag
 from ray.tune import Callback
 
-from tune_dfrl.backend import RESULT_PREFIXES, SCORE
+from tune_dfrl.backend import ACCURACY, LENGTH, RESULT_PREFIXES, SCORE
 from tune_dfrl.benchmarks import BenchmarkInfo, BenchmarkSet
 from tune_dfrl.ledger import PairedLedger
 from tune_dfrl.results import RECORD_FILES, SearchRecord
 from tune_dfrl.rungs import ArmDecision
 from tune_dfrl.schema import EQUIVALENT, Summary
-from tune_dfrl.scores import ScoreTable, load_mlflow
+from tune_dfrl.scores import ScoreTable, table_from_arm_rows
 
 ROLE = "tune_dfrl.role"
 RECORD = "record"  # the search run's artifact folder holding the search's record (`results.RECORD_FILES`)
@@ -453,6 +454,87 @@ def status_table(summary: Summary) -> dict[str, list[Any]]:
         columns[key] = [getattr(s, key) for _, s in rows]
     columns["seeds"] = [len(s.seeds) for _, s in rows]
     return columns
+
+
+def load_mlflow(experiment: str, tracking_uri: str | None = None, bench: BenchmarkSet | None = None) -> ScoreTable:
+    """Load a search from its MLflow experiment.
+
+    Seed runs: tagged `tune_dfrl.role=seed`, `arm_id`, `arm_label`, `seed` (optional `method`),
+    with metrics `acc/<benchmark>` (and `len/<benchmark>`) logged at step = training step. The
+    search-level run (`tune_dfrl.role=search`) carries the `benchmarks.json` artifact, used unless
+    `bench` is given.
+    """
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        names = [e.name for e in client.search_experiments()]
+        raise ValueError(
+            f"no MLflow experiment named {experiment!r} at {tracking_uri or 'the default tracking URI'}; experiments: {', '.join(names) or '(none)'}"
+        )
+
+    def runs_with_role(role: str) -> list[Any]:
+        runs, token = [], None
+        while True:
+            page = client.search_runs(
+                [found.experiment_id],
+                f"tags.`{ROLE}` = '{role}'",
+                order_by=["attributes.start_time DESC"],
+                page_token=token,
+            )
+            runs.extend(page)
+            token = page.token
+            if not token:
+                return runs
+
+    origin = {"kind": "mlflow", "experiment": experiment, "tracking_uri": tracking_uri or ""}
+    search_runs = runs_with_role("search")
+    if search_runs:
+        origin["search_run_id"] = search_runs[0].info.run_id
+    if bench is None:
+        if not search_runs:
+            raise ValueError(
+                f"experiment {experiment!r} has no search-level run (tag tune_dfrl.role=search) holding "
+                "benchmarks.json; pass the benchmark metadata explicitly"
+            )
+        with tempfile.TemporaryDirectory() as tmp:
+            meta = download_artifacts(
+                run_id=origin["search_run_id"], artifact_path="benchmarks.json", dst_path=tmp, tracking_uri=tracking_uri
+            )
+            bench = BenchmarkSet.from_file(meta)
+    seed_runs = runs_with_role("seed")
+    if not seed_runs:
+        raise ValueError(f"experiment {experiment!r} has no seed run (tag tune_dfrl.role=seed)")
+    rows = []
+    for run in seed_runs:
+        tags = run.data.tags
+        missing = [t for t in ("arm_id", "seed") if t not in tags]
+        if missing:
+            raise ValueError(f"seed run {run.info.run_id} lacks tags {missing}; seed runs need arm_id, arm_label, seed")
+        lengths = {
+            (m.key, m.step): m.value
+            for name in bench.names
+            for m in client.get_metric_history(run.info.run_id, LENGTH + name)
+        }
+        for name in bench.names:
+            for metric in client.get_metric_history(run.info.run_id, ACCURACY + name):
+                rows.append(
+                    {
+                        "arm_id": tags["arm_id"],
+                        "label": tags.get("arm_label") or tags["arm_id"],
+                        "method": tags.get("method", ""),
+                        "parent_run_id": tags.get("mlflow.parentRunId", ""),
+                        "seed": tags["seed"],
+                        "step": metric.step,
+                        "benchmark": name,
+                        "score": metric.value,
+                        "length_chars": lengths.get((LENGTH + name, metric.step), math.nan),
+                    }
+                )
+    if not rows:
+        raise ValueError(
+            f"experiment {experiment!r}: no seed run has acc/<benchmark> metrics for {', '.join(bench.names)}"
+        )
+    return table_from_arm_rows(pd.DataFrame(rows), bench, origin)
 
 
 def load_search(
