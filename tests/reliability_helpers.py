@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS
 
 # 4 GRPO steps, milestones at 2 and 4, the first benchmark of each domain, a small base model (cached by content).
@@ -116,6 +117,25 @@ def marked(*markers: str) -> list[int]:
         if all(marker in command for marker in markers):
             pids.append(int(entry.name))
     return pids
+
+
+LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
+
+
+def listening(pids: set[int]) -> set[tuple[str, str, int]]:
+    """(process name, address, port) of each TCP socket the processes `pids` listen on."""
+    found = set()
+    for pid in pids:
+        try:
+            process = psutil.Process(pid)
+            found |= {
+                (process.name(), c.laddr.ip, c.laddr.port)
+                for c in process.net_connections(kind="inet")
+                if c.status == psutil.CONN_LISTEN
+            }
+        except psutil.NoSuchProcess:
+            continue
+    return found
 
 
 def alive(pid: int) -> bool:

@@ -21,11 +21,20 @@ from pathlib import Path
 
 import psutil
 import pytest
-from reliability_helpers import TINY, descendants, records, search_command, short_tmp, start, stop, wait_for
+from reliability_helpers import (
+    LOOPBACK,
+    TINY,
+    descendants,
+    listening,
+    records,
+    search_command,
+    short_tmp,
+    start,
+    stop,
+    wait_for,
+)
 
 from tune_dfrl.services import LOCAL_ONLY
-
-LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
 
 # A Ray client of the cluster's GCS at argv[1]: prints whether the cluster let it in.
 CLIENT = """import sys
@@ -49,21 +58,6 @@ class Observed:
     listeners: set[tuple[str, str, int]]  # (process name, address, port) of every listening socket of the tree
     token: str
     clients: dict[str, str]  # client's credentials -> "accepted" | "refused"
-
-
-def listening(pids: set[int]) -> set[tuple[str, str, int]]:
-    found = set()
-    for pid in pids:
-        try:
-            process = psutil.Process(pid)
-            found |= {
-                (process.name(), c.laddr.ip, c.laddr.port)
-                for c in process.net_connections(kind="inet")
-                if c.status == psutil.CONN_LISTEN
-            }
-        except psutil.NoSuchProcess:
-            continue
-    return found
 
 
 def client(gcs: str, env: dict[str, str]) -> str:

@@ -88,6 +88,9 @@ initialize_global_process_group_ray()
 value = torch.ones(2)
 torch.distributed.all_reduce(value)
 assert torch.distributed.get_backend() in ("gloo", "cpu:gloo") and value.tolist() == [1.0, 1.0]
+import psutil
+listening = {c.laddr.ip for c in psutil.Process().net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+assert listening <= {"127.0.0.1"}, listening  # gloo's own; no TCPStore on every interface (file:// rendezvous)
 torch.distributed.destroy_process_group()
 print("ok")
 """
@@ -108,6 +111,8 @@ def test_cpu_overrides_and_environment(tmp_path):
     assert not any("kl" in o for o in overrides)  # the KL loss is the recipe's, on both devices
     env = cpu_env(tmp_path)
     assert env["VERL_PLATFORM"] == "cpu" and Path(env["TMPDIR"]).is_dir()
+    assert env["DIST_INIT_METHOD"].startswith(f"file://{Path(env['TMPDIR'])}/process_group-")
+    assert cpu_env(tmp_path)["DIST_INIT_METHOD"] != env["DIST_INIT_METHOD"]  # a new rendezvous file per start
 
 
 def test_exported_tokenizer_reads_every_task_as_the_embedded_one(exported):

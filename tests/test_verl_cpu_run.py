@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from reliability_helpers import alive, records, trained_steps, verl_trees
+from reliability_helpers import LOOPBACK, alive, listening, records, trained_steps, verl_trees
 from tune_dfrl.trainers.embedded.base import BaseRecipe, ensure_base_model
 from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS
 from tune_dfrl.trainers.verl import timeline
@@ -173,11 +173,12 @@ def test_a_killed_trial_validates_the_milestone_it_lost_then_continues_with_the_
     seeded by its index in its group and the update sees the responses in submission order
     (trainers/verl/cpu/rollout.py, trainers/verl/trainer.py), not in the order they finished."""
     backend = VerlBackend({**runs.backend.recipe, "milestone_every": 1})
-    trial, first, killed = runs.root / "control_crashed", [], set()
+    trial, first, killed, sockets = runs.root / "control_crashed", [], set(), set()
 
     def crash(milestone) -> None:
         first.append(milestone)
         killed.update(verl_trees(trial))
+        sockets.update(listening(killed))
         for pid in killed:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -188,6 +189,9 @@ def test_a_killed_trial_validates_the_milestone_it_lost_then_continues_with_the_
     with pytest.raises(Crash):
         backend.run_trial(ARMS["control"], SEED, crash, trial)
     assert [m.step for m in first] == [1] and len(killed) >= 3  # supervisor, main_ppo and its Ray at least
+    # the running trial's processes listen on loopback only: its private Ray, and its process group's rendezvous
+    # is a file (cpu_env's DIST_INIT_METHOD), not a TCPStore on every interface
+    assert len(sockets) > 10 and {s for s in sockets if s[1] not in LOOPBACK} == set(), sockets
     assert not (trial / "milestones.jsonl").exists()
     killed_step_1 = same_numbers(verl_log(trial)[1])
     assert trained(trial) == [1] and int((trial / "verl" / "latest_checkpointed_iteration.txt").read_text()) == 1

@@ -18,6 +18,7 @@ environment cheaply.
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
 ROLLOUT_NAME = "hf_cpu"
@@ -46,12 +47,18 @@ def cpu_overrides() -> list[str]:
 
 def cpu_env(trial_dir: Path) -> dict[str, str]:
     """Environment of a CPU trial's driver (Ray workers inherit it). Creates the trial's temporary
-    folders: torch's compile cache and temporary files stay inside the trial folder."""
+    folders: torch's compile cache and temporary files stay inside the trial folder.
+
+    `DIST_INIT_METHOD`: verl 0.9.1 starts its process group with `init_method=$DIST_INIT_METHOD`
+    (`verl.utils.distributed`), else env://, whose TCPStore server listens on every interface for the trial's
+    life (torch has no setting for its address). A CPU trial trains in one process: its rendezvous is a file in
+    the trial's temporary folder instead, a new one per start (a killed start's file is never read again)."""
     trial_dir = Path(trial_dir).resolve()
     folders = {"TORCHINDUCTOR_CACHE_DIR": trial_dir / "inductor", "TMPDIR": trial_dir / "tmp"}
     for folder in folders.values():
         folder.mkdir(parents=True, exist_ok=True)
     return {
+        "DIST_INIT_METHOD": f"file://{folders['TMPDIR']}/process_group-{secrets.token_hex(8)}",
         "VERL_PLATFORM": "cpu",
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
