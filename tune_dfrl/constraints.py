@@ -296,6 +296,8 @@ class OrNull:
 
 Constraint = Interval | Options | ListOf | Text | OrNull
 BOOL = Options((False, True))
+COUNT = Interval(int, 1, None)  # an integer >= 1
+POSITIVE = Interval(float, 0.0, None, "right")  # a number > 0
 
 
 def _option(v: Any) -> str:

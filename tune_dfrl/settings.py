@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from tune_dfrl.constraints import (
+    COUNT,
     NO_CONTEXT,
+    POSITIVE,
     Context,
     Interval,
     Options,
@@ -117,7 +119,7 @@ class SearcherSettings:
 
     seed: int = declared(0, Interval(int, 0, 2**32 - 1))  # TPE sampler seed
     n_startup_trials: int = declared(3, Interval(int, 0, None))  # random arms before TPE models the paired deltas
-    max_duplicates: int = declared(50, Interval(int, 1, None))  # consecutive seen suggestions -> space exhausted
+    max_duplicates: int = declared(50, COUNT)  # consecutive seen suggestions -> space exhausted
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ class SequentialSettings:
     """seeds=auto: seeds in batches while an arm's verdict is open (`tune_dfrl.sequential` states the rule)."""
 
     start: int = declared(4, Interval(int, 2, None))  # seeds every arm and the control start on (0..start-1)
-    batch: int = declared(4, Interval(int, 1, None))  # seeds added per look to the open arms and the control
+    batch: int = declared(4, COUNT)  # seeds added per look to the open arms and the control
     max: int = declared(16, Interval(int, 2, None))  # the most seeds an arm receives (the last look); >= start
     futility_confidence: float = declared(0.8, Interval(float, 0.5, 1.0, "left"))  # one-sided upper bound level
     futility_margin: float = declared(
@@ -137,9 +139,9 @@ class SequentialSettings:
 class ReportSettings:
     """The paired-CI report (`tune_dfrl.report`)."""
 
-    delta: float = declared(1.0, Interval(float, 0.0, None, "right"))  # equivalence margin (points)
+    delta: float = declared(1.0, POSITIVE)  # equivalence margin (points)
     alpha: float = declared(0.05, Interval(float, 0.0, 0.5, "neither"))  # family-wise error rate
-    flip_k: int = declared(3, Interval(int, 1, None))  # seed-subset size of the winner-flip rate
+    flip_k: int = declared(3, COUNT)  # seed-subset size of the winner-flip rate
     seed: int = declared(0, Interval(int, 0, 2**32 - 1))  # bootstrap / subset sampling seed
 
 
@@ -148,7 +150,7 @@ class RaySettings:
     address: str | None = declared(
         None, NAME
     )  # null = $RAY_ADDRESS or a private local cluster; auto | HOST:PORT | ray://...
-    num_cpus: int | None = declared(None, OrNull(Interval(int, 1, None)))  # private cluster size; null = all cores
+    num_cpus: int | None = declared(None, OrNull(COUNT))  # private cluster size; null = all cores
 
 
 @dataclass(frozen=True)
@@ -163,9 +165,9 @@ class SearchSettings:
 
     seeds: Any = declared(6, Seeds())  # a count (seeds 0..n-1) or a list, e.g. [3,7,11]; every arm runs on all of them;
     # auto: sequential seeds (section `sequential`)
-    arms: int = declared(6, Interval(int, 1, None))  # searched arms besides the control (distinct configurations)
-    steps: int | None = declared(None, OrNull(Interval(int, 1, None)))  # null = the backend recipe's
-    milestone_every: int | None = declared(None, OrNull(Interval(int, 1, None)))  # null = the recipe's
+    arms: int = declared(6, COUNT)  # searched arms besides the control (distinct configurations)
+    steps: int | None = declared(None, OrNull(COUNT))  # null = the backend recipe's
+    milestone_every: int | None = declared(None, OrNull(COUNT))  # null = the recipe's
     metric: str = declared("db", NAME)  # the aggregation optimised (checked against the backend's)
     out: str | None = declared(None, NAME)  # output directory; null = ./runs/<space>-<timestamp>
     resume: bool = declared(False, FLAG)  # continue the search in `out` (docs/readme_reliability.md)

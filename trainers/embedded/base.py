@@ -31,7 +31,7 @@ from filelock import FileLock
 from rich.progress import Progress
 from transformers import Qwen2ForCausalLM
 
-from tune_dfrl.constraints import Interval, check_declared, declared
+from tune_dfrl.constraints import COUNT, POSITIVE, Interval, check_declared, declared
 
 from .benchmarks import BENCHMARKS, training_pools
 from .model import ALPHABET, PAD_ID, EncodedItems, ModelShape, build_tokenizer, encode_items, new_model, save_model
@@ -46,16 +46,16 @@ class BaseRecipe:
     """Everything that determines the base model (its cache key derives from it)."""
 
     shape: ModelShape = field(default_factory=ModelShape)
-    steps: int = declared(3000, Interval(int, 1, None))
-    batch_size: int = declared(32, Interval(int, 1, None))
-    lr: float = declared(3e-3, Interval(float, 0.0, None, "right"))
+    steps: int = declared(3000, COUNT)
+    batch_size: int = declared(32, COUNT)
+    lr: float = declared(3e-3, POSITIVE)
     warmup_steps: int = declared(100, Interval(int, 0, None))
     domain_weights: tuple[float, ...] = (0.4, 0.3, 0.3)  # share of steps per domain (math, logic, science)
     mistake_level: int = declared(2, Interval(int, 0, None))
     mistake_rate: float = declared(0.6, Interval(float, 0.0, 1.0))
     seed: int = declared(0, Interval(int, 0, None))
     # torch threads while building: fixed, so the result does not depend on the machine's cores
-    threads: int = declared(2, Interval(int, 1, None))
+    threads: int = declared(2, COUNT)
 
     @classmethod
     def from_dict(cls, values: dict) -> BaseRecipe:

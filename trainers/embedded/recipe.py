@@ -6,13 +6,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from tune_dfrl.constraints import Interval, OrNull, Text, check_declared, declared
+from tune_dfrl.constraints import COUNT, POSITIVE, Interval, OrNull, Text, check_declared, declared
 
 from .base import BaseRecipe
 from .benchmarks import BENCHMARK_NAMES, get_benchmarks, longest_answer
-
-COUNT = Interval(int, 1, None)
-POSITIVE = Interval(float, 0.0, None, "right")
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ import yaml
 
 from tune_dfrl.backend import ArmSpec
 from tune_dfrl.benchmarks import BenchmarkInfo, BenchmarkSet
-from tune_dfrl.constraints import Interval, Options, OrNull, Text, check_value
+from tune_dfrl.constraints import COUNT, POSITIVE, Interval, Options, OrNull, Text, check_value
 
 from .cpu import ROLLOUT_NAME, cpu_overrides
 from .plugin import TRAINER_MODE
@@ -59,7 +59,6 @@ ROLLOUT_ENGINES = ("vllm", "sglang")  # GPU engines; the first is the default on
 DEVICES = ("cuda", "cpu")
 TOKENS_PER_GPU = 16384  # verl's default micro-batch token budget (dynamic batch size); at least one sequence
 MAX_EPOCHS = 1_000_000  # verl stops at trainer.total_training_steps; epochs must not end the run first
-COUNT = Interval(int, 1, None)
 # what each key allows on its own (relations between keys, paths and lists are checked in `VerlRecipe.from_dict`)
 KEY_CONSTRAINTS = {
     "device": Options(DEVICES),
@@ -68,7 +67,7 @@ KEY_CONSTRAINTS = {
     "rollout_n": COUNT,
     "max_prompt_length": COUNT,
     "max_response_length": COUNT,
-    "lr": Interval(float, 0.0, None, "right"),
+    "lr": POSITIVE,
     "steps": COUNT,
     "milestone_every": COUNT,
     "train_batch_size": COUNT,
