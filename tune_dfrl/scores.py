@@ -39,7 +39,8 @@ DATAFLEX_BENCHMARKS = Path(__file__).with_name("benchmarks_dataflex.yaml")
 MAX_LISTED = 8  # how many offending cells an error message lists
 
 
-def _listing(items: Iterable[Any]) -> str:
+def listing(items: Iterable[Any]) -> str:
+    """The first MAX_LISTED items, comma-separated, and how many there are in all when there are more."""
     items = list(items)
     shown = ", ".join(str(i) for i in items[:MAX_LISTED])
     return shown + (f", ... ({len(items)} in all)" if len(items) > MAX_LISTED else "")
@@ -137,7 +138,7 @@ def _validated(frame: pd.DataFrame, bench: BenchmarkSet) -> pd.DataFrame:
             values = pd.to_numeric(frame[column], errors="coerce")
             bad = frame.loc[values.isna() | (values != values.round()), column]
             if len(bad):
-                raise ValueError(f"{column} must be an integer; got {_listing(bad.unique())}")
+                raise ValueError(f"{column} must be an integer; got {listing(bad.unique())}")
             frame[column] = values.astype(int)
     for column in ["score", "length_chars"]:
         if column in frame:
@@ -145,12 +146,12 @@ def _validated(frame: pd.DataFrame, bench: BenchmarkSet) -> pd.DataFrame:
             bad = frame[~np.isfinite(values)]
             if len(bad):
                 cells = [f"{r.arm}/seed {r.seed}/{r.benchmark}: {getattr(r, column)!r}" for r in bad.itertuples()]
-                raise ValueError(f"{column} must be a finite number; got {_listing(cells)}")
+                raise ValueError(f"{column} must be a finite number; got {listing(cells)}")
             frame[column] = values
     out_of_range = frame[(frame["score"] < 0) | (frame["score"] > 100)]
     if len(out_of_range):
         cells = [f"{r.arm}/seed {r.seed}/{r.benchmark}: {r.score}" for r in out_of_range.itertuples()]
-        raise ValueError(f"scores are accuracies in percent (0-100); got {_listing(cells)}")
+        raise ValueError(f"scores are accuracies in percent (0-100); got {listing(cells)}")
     unknown = sorted(set(frame["benchmark"]) - set(bench.names))
     if unknown:
         raise ValueError(f"benchmarks {unknown} are not in the benchmark metadata; known: {', '.join(bench.names)}")
@@ -158,13 +159,13 @@ def _validated(frame: pd.DataFrame, bench: BenchmarkSet) -> pd.DataFrame:
     duplicated = frame[frame.duplicated(run + ["benchmark"], keep=False)]
     if len(duplicated):
         cells = sorted({" ".join(f"{k}={getattr(r, k)}" for k in run + ["benchmark"]) for r in duplicated.itertuples()})
-        raise ValueError(f"each (run, benchmark) needs exactly one score; duplicated: {_listing(cells)}")
+        raise ValueError(f"each (run, benchmark) needs exactly one score; duplicated: {listing(cells)}")
     counts = frame.groupby(run).size()
     incomplete = counts[counts != len(bench.names)]
     if len(incomplete):
         present = frame.groupby(run)["benchmark"].agg(set)
         cells = [f"{dict(zip(run, key))} lacks {sorted(set(bench.names) - present[key])}" for key in incomplete.index]
-        raise ValueError(f"every run needs a score on every benchmark; {_listing(cells)}")
+        raise ValueError(f"every run needs a score on every benchmark; {listing(cells)}")
     order = {name: i for i, name in enumerate(bench.names)}
     frame = frame.sort_values(run + ["benchmark"], key=lambda c: c.map(order) if c.name == "benchmark" else c)
     return frame.reset_index(drop=True)
@@ -188,7 +189,7 @@ def _select(frame: pd.DataFrame, filters: Mapping[str, Any], source: str) -> pd.
         if not match.any():
             raise ValueError(
                 f"filter {column}={wanted} matches no row of {source}; "
-                f"values in the selection so far: {_listing(sorted(values.astype(str).unique()))}"
+                f"values in the selection so far: {listing(sorted(values.astype(str).unique()))}"
             )
         frame = frame[match]
     return frame
@@ -207,7 +208,7 @@ def _numeric(frame: pd.DataFrame, columns: list[str], source: str, label: str | 
             problems.append(f"line {index + 2}{who}, column {column}: {what}")
         out[column] = values.astype(float)
     if problems:
-        raise ValueError(f"{source}: non-numeric score cells in the selected rows: {_listing(problems)}")
+        raise ValueError(f"{source}: non-numeric score cells in the selected rows: {listing(problems)}")
     return out
 
 

@@ -45,7 +45,7 @@ from tune_dfrl.ledger import PairedLedger
 from tune_dfrl.results import RECORD_FILES, SearchRecord
 from tune_dfrl.rungs import ArmDecision
 from tune_dfrl.schema import EQUIVALENT, Summary
-from tune_dfrl.scores import ScoreTable, table_from_arm_rows
+from tune_dfrl.scores import ScoreTable, listing, table_from_arm_rows
 
 ROLE = "tune_dfrl.role"
 RECORD = "record"  # the search run's artifact folder holding the search's record (`results.RECORD_FILES`)
@@ -469,7 +469,7 @@ def load_mlflow(experiment: str, tracking_uri: str | None = None, bench: Benchma
     if found is None:
         names = [e.name for e in client.search_experiments()]
         raise ValueError(
-            f"no MLflow experiment named {experiment!r} at {tracking_uri or 'the default tracking URI'}; experiments: {', '.join(names) or '(none)'}"
+            f"no MLflow experiment named {experiment!r} at {tracking_uri or 'the default tracking URI'}; experiments: {listing(names)}"
         )
 
     def runs_with_role(role: str) -> list[Any]:
