@@ -29,8 +29,9 @@ def repeater(
     max_duplicates: int = 50,
     state_path: Path | None = None,
     binary_rewards: bool = False,
+    sampler: optuna.samplers.BaseSampler | None = None,
 ) -> PairedRepeater:
-    sampler = optuna.samplers.TPESampler(seed=0)
+    sampler = sampler or optuna.samplers.TPESampler(seed=0)
     inner = OptunaSearch(
         space=space.sampler(), metric=INNER_METRIC, mode="max", sampler=sampler, storage=storage, study_name="s"
     )
@@ -202,6 +203,47 @@ def test_a_resume_fails_the_trial_optuna_asked_before_the_kill_could_record_it(t
     trials = optuna.load_study(study_name="s", storage=storage).trials
     assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE]
     assert trials[1].value == pytest.approx(2.0) and resumed.suggest("t9") == Searcher.FINISHED
+
+
+def searched_arms(topk: SearchSpace, tmp_path: Path, kill_after: int | None) -> tuple[list[str], list]:
+    """Arm ids in the order a 6-arm search hands them out (the search's own sampler settings, 2 random arms before
+    TPE; each arm's score a function of its id), its cells ending one at a time; with `kill_after`, the driver is
+    killed once that many arms have ended, between Optuna's ask of the next arm and the state's save, and resumed.
+    Returns the arms and the study's trials."""
+    tmp_path.mkdir()
+    storage, state = f"sqlite:///{tmp_path / 'optuna.db'}", tmp_path / "searcher.pkl"
+
+    def start() -> PairedRepeater:
+        sampler = optuna.samplers.TPESampler(seed=5, n_startup_trials=2, multivariate=True, group=True)
+        return repeater(topk, 6, optuna.storages.RDBStorage(storage), state_path=state, sampler=sampler)
+
+    r, order = start(), []
+    while True:
+        if kill_after is not None and len(r.arms) - 1 == kill_after and not r._queue and not r.open_cells():
+            r.searcher.suggest(f"arm{r._suggested:04d}")  # the ask is stored; the kill lands before the save
+            r, kill_after = start(), None
+            assert r.resume(state, n_arms=6) == [len(r.arms) - 1]  # the asked trial, told FAIL
+        [(tid, cfg)] = hand_out(r, 1)
+        if cfg == Searcher.FINISHED:
+            return order, optuna.load_study(study_name="s", storage=storage).trials
+        arm = cfg["arm"]["arm_id"]
+        order += [arm] if arm not in order else []
+        up = 0.0 if arm == r.control.arm_id else int(arm[:4], 16) % 7 / 2  # the arm's paired gain
+        finish(r, tid, {10: CONTROL_10[cfg["seed"]] + up, 20: CONTROL[cfg["seed"]] + 2 * up})
+
+
+@pytest.mark.parametrize("kill_after", [1, 4])
+def test_a_kill_between_ask_and_save_changes_no_arm_the_search_suggests(
+    topk: SearchSpace, tmp_path, kill_after
+) -> None:
+    """The asked trial is told FAIL and the resumed searcher asks again from the sampler state saved before the kill
+    (its random state included); a FAIL trial is not among TPE's observations, so the same parameters come back and
+    every later arm is the uninterrupted search's, in the random phase (1) and under TPE (4)."""
+    uninterrupted, _ = searched_arms(topk, tmp_path / "a", None)
+    killed, trials = searched_arms(topk, tmp_path / "b", kill_after)
+    assert killed == uninterrupted and len(set(uninterrupted)) == 7
+    failed = trials[kill_after]
+    assert failed.state == optuna.trial.TrialState.FAIL and failed.params == trials[kill_after + 1].params
 
 
 def test_a_resume_after_a_tell_the_state_missed_does_not_tell_optuna_again(topk: SearchSpace, tmp_path) -> None:
