@@ -247,7 +247,7 @@ def resume_search(command: list[str], root: Path, env: dict[str, str], ray_tmp: 
 # `python -c TWO_NODES TEMP_DIR`: a Ray cluster of two nodes on this machine, a head and a worker node of 1 CPU each
 # (`ray.cluster_utils.Cluster`: `ray start` refuses a second node in Ray's local-only mode), with the local-only mode
 # and the token authentication of its environment; prints one JSON line (the address; each node's id and raylet
-# pid), then holds the cluster until it is stopped. Ray's address file of the machine goes in TEMP_DIR/ray too.
+# pid, the head's GCS pid), then holds the cluster until it is stopped. Ray's address file of the machine goes in TEMP_DIR/ray too.
 TWO_NODES = """import json, os, sys, time
 os.environ["RAY_TMPDIR"] = sys.argv[1]
 os.makedirs(os.path.join(sys.argv[1], "ray"), exist_ok=True)
@@ -259,7 +259,9 @@ worker = cluster.add_node(**nodes)
 cluster.wait_for_nodes()
 def described(node):
     return {"id": node.node_id, "raylet": node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid}
-print(json.dumps({"address": cluster.address, "head": described(cluster.head_node), "worker": described(worker)}))
+gcs = cluster.head_node.all_processes[ray_constants.PROCESS_TYPE_GCS_SERVER][0].process.pid
+head = {**described(cluster.head_node), "gcs": gcs}
+print(json.dumps({"address": cluster.address, "head": head, "worker": described(worker)}))
 sys.stdout.flush()
 time.sleep(86400)
 """

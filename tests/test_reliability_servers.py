@@ -9,7 +9,8 @@
 
 One tiny embedded search (`python -m tune_dfrl.search`, in a subprocess as a user runs it) uses both; a verl search
 (stand-in child) shows that each trial's child starts its own Ray beside the cluster. Last, a synthetic search loses
-the worker node (its raylet SIGKILLed) mid-search: it finishes, with one note of the loss.
+the worker node (its raylet SIGKILLed) mid-search: it finishes, with one note of the loss; and another loses the head
+node (its GCS and raylet SIGKILLed): it stops with one `error:` line and finishes on resume.
 Never `ray stop`: the cluster is stopped through its process group and its private temp dir.
 """
 
@@ -22,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -96,7 +98,7 @@ class Services:
     ray_tmp: Path
     tracking_uri: str
     ray_env: dict[str, str]  # the environment that reaches the cluster: its token, loopback (Ray's local-only mode)
-    head: dict  # the head node's id and raylet pid
+    head: dict  # the head node's id, raylet pid and GCS pid
     worker: dict  # the worker node's
 
 
@@ -389,7 +391,7 @@ def test_a_search_whose_driver_is_killed_resumes_on_the_cluster(services: Servic
 
 
 def test_a_search_that_loses_a_node_finishes_every_cell_once_and_says_so(services: Services) -> None:
-    """Last in this module: it kills the worker node. Two trials at a time, one per node; once the worker's has
+    """Next to last in this module: it kills the worker node. Two trials at a time, one per node; once the worker's has
     logged its first milestone (of 2), the worker's raylet is SIGKILLed; its trial runs again on the head."""
     root, out, cache = services.root / "lost", services.root / "lost" / "out", services.root / "lost" / "cache"
     root.mkdir()
@@ -437,3 +439,50 @@ def test_a_search_that_loses_a_node_finishes_every_cell_once_and_says_so(service
         out / name for name in ("results.jsonl", "failures.jsonl", "mlflow.db", "mlartifacts", "optuna.db", "report")
     ]
     assert not [p for p in written if p.is_relative_to(cache) or any(p.is_relative_to(d) for d in driver_only)]
+
+
+def test_a_search_that_loses_the_clusters_head_stops_with_the_resume_line_and_resumes(services: Services) -> None:
+    """Last in this module, after the worker node's loss: it kills the head node (its GCS and raylet), which ends the
+    cluster. Ray would keep the driver waiting for its GCS and end it 60 s later with its own fatal log line; the
+    search stops within seconds with one `error:` line that says how to continue, and `resume=true` on this
+    machine's own Ray (`ray.address=null`) finishes it with every milestone recorded once."""
+    root, out = services.root / "headless", services.root / "headless" / "out"
+    root.mkdir()
+    attached = (f"ray.address={services.ray_address}", "ray.num_cpus=null")
+    settings = ("scheduler.name=fifo", "+backend.sleep_s=0.7", f"out={out}", "control_cache=null")
+    driver = start(
+        synthetic_search_command(*attached, *settings),
+        cwd=root,
+        env=environment(**services.ray_env),
+        log=root / "search.log",
+    )
+    try:
+        wait_for(lambda: bool(records(out / "results.jsonl")) or driver.poll() is not None, 300, "a first milestone")
+        assert driver.poll() is None, (root / "search.log").read_text()[-3000:]
+        for pid in (services.head["gcs"], services.head["raylet"]):
+            os.kill(pid, signal.SIGKILL)
+        lost_at = time.monotonic()
+        driver.wait(timeout=120)
+        took = time.monotonic() - lost_at
+    finally:
+        stop(driver)
+    said = (root / "search.log").read_text()
+    last = said.strip().splitlines()[-1]
+    assert driver.returncode == 1 and took < 45, said[-3000:]  # Ray alone ends it after 60 s
+    assert last.startswith(f"error: lost the Ray cluster: its head (GCS at {services.ray_address}) refused"), said
+    assert last.endswith(f"then run the same command with resume=true out={out}") and "Failed to connect" not in said
+    resumed = subprocess.run(
+        synthetic_search_command("ray.address=null", *settings, "resume=true"),
+        cwd=root,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    lines = records(out / "results.jsonl")
+    cells = {(r["arm_id"], r["seed"]) for r in lines}
+    assert len(cells) == 4 and sorted((r["arm_id"], r["seed"], r["step"]) for r in lines) == sorted(
+        (arm, seed, step) for arm, seed in cells for step in (5, 10)
+    ), lines  # every milestone of every cell, each once
+    assert (out / "summary.json").exists()

@@ -41,7 +41,7 @@ CLIENT = """import sys
 from ray._raylet import InnerGcsClient
 from ray.exceptions import AuthenticationError
 try:
-    InnerGcsClient.standalone(sys.argv[1], None, 10000)
+    InnerGcsClient.standalone(sys.argv[1], None, 60000)  # ms: the GCS of a loaded machine answers late
     print("accepted")
 except AuthenticationError:
     print("refused")

@@ -15,8 +15,8 @@ smoke test), prints the plan and the first trial's command, and exits 0: no Ray,
 written; what this machine lacks for the trials (e.g. GPUs, vLLM) is printed as `warning:` lines.
 
 Exit status: 0 done; 2 bad input (`error:` line, nothing written or trained); 1 the search ran
-but ended without a report (`error:` line saying what to run next); 130 / 143 interrupted by
-SIGINT / SIGTERM (one line saying how to resume).
+but ended without a report, or lost its Ray cluster's head (`error:` line saying what to run next); 130 / 143
+interrupted by SIGINT / SIGTERM (one line saying how to resume).
 
 Output directory (OUT):
 
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import sys
 
+from tune_dfrl.cluster_watch import ClusterLost
 from tune_dfrl.schema import Summary
 from tune_dfrl.search_finish import SearchFailed, finish
 from tune_dfrl.search_plan import (
@@ -91,6 +92,8 @@ def main() -> None:
             _exit(2, f"error: {error}")
         except SearchFailed as error:
             _exit(1, f"error: {error}")
+        except ClusterLost as lost:
+            _exit(1, f"error: {lost}; to continue, {lost.hint}")
         except Interrupted as interrupted:
             _exit(128 + interrupted.signum, f"interrupted by {interrupted}; to continue, {interrupted.hint}")
 

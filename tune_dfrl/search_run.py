@@ -33,6 +33,7 @@ from ray.tune import Callback
 from tune_dfrl.backend import Backend
 from tune_dfrl.backend_registry import backend_errors
 from tune_dfrl.benchmarks import BenchmarkInfo
+from tune_dfrl.cluster_watch import ClusterWatch
 from tune_dfrl.control_cache import ControlCache
 from tune_dfrl.guarded import Guarded
 from tune_dfrl.results import read_records, repair_log, write_records
@@ -63,6 +64,7 @@ class _Signals:
 
     received: int | None = None
     deferred: bool = False
+    cluster: ClusterWatch | None = None  # the cluster the driver connected to, while it runs
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -74,14 +76,17 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 def raise_if_signalled() -> None:
-    """Raise `Interrupted` once a signal was received (called where the driver's Python runs: Tune's step, and the
-    searcher while Tune waits on it)."""
+    """Raise `Interrupted` once a signal was received, `ClusterLost` once the cluster's head is gone (called where
+    the driver's Python runs: Tune's step, and the searcher while Tune waits on it)."""
     if _Signals.received is not None:
         raise Interrupted(_Signals.received)
+    if _Signals.cluster is not None:
+        _Signals.cluster.check()
 
 
 class RaiseOnSignal(Callback):
-    """Raises `Interrupted` at the beginning of Tune's next step (every 0.1 s or so) once a signal was received."""
+    """Raises `Interrupted` (a signal was received) or `ClusterLost` at the beginning of Tune's next step (every
+    0.1 s or so)."""
 
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
         raise_if_signalled()
@@ -301,6 +306,7 @@ def train(plan: Plan) -> Trained:
 
             connect_ray(plan.ray.address, plan.ray.num_cpus)
             handle_interrupts()
+            _Signals.cluster = ClusterWatch(ray.get_runtime_context().gcs_address, _lost_cluster_hint(plan)).start()
         trainable = tune.with_resources(tune.with_parameters(run_cell, job=job), resources)
         tuner = tune.Tuner(
             trainable,
@@ -331,8 +337,17 @@ def train(plan: Plan) -> Trained:
     finally:
         _Signals.deferred = False
         if started_ray:
-            ray.shutdown()
+            ray.shutdown()  # may block on a lost cluster: its watch ends the driver after GRACE_S
+        if _Signals.cluster is not None:
+            _Signals.cluster.stop()
+            _Signals.cluster = None
     return Trained(tracker, results_log.error, searcher.control_failed())
+
+
+def _lost_cluster_hint(plan: Plan) -> str:
+    if plan.ray.address is None:
+        return plan.resume_hint()
+    return f"start the cluster again (or set ray.address=null to run on this machine), then {plan.resume_hint()}"
 
 
 def _close_within(tracker: Guarded[SearchTracker], status: str, timeout_s: float) -> None:
