@@ -336,11 +336,13 @@ def train(plan: Plan) -> Trained:
         raise
     finally:
         _Signals.deferred = False
+        watch, _Signals.cluster = _Signals.cluster, None
+        if watch is not None and watch.lost is None:
+            watch.stop()  # the shutdown below stops the GCS: not a loss
         if started_ray:
             ray.shutdown()  # may block on a lost cluster: its watch ends the driver after GRACE_S
-        if _Signals.cluster is not None:
-            _Signals.cluster.stop()
-            _Signals.cluster = None
+        if watch is not None:
+            watch.stop()
     return Trained(tracker, results_log.error, searcher.control_failed())
 
 
