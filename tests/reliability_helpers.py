@@ -247,7 +247,8 @@ def resume_search(command: list[str], root: Path, env: dict[str, str], ray_tmp: 
 # `python -c TWO_NODES TEMP_DIR`: a Ray cluster of two nodes on this machine, a head and a worker node of 1 CPU each
 # (`ray.cluster_utils.Cluster`: `ray start` refuses a second node in Ray's local-only mode), with the local-only mode
 # and the token authentication of its environment; prints one JSON line (the address; each node's id and raylet
-# pid, the head's GCS pid), then holds the cluster until it is stopped. Ray's address file of the machine goes in TEMP_DIR/ray too.
+# pid, the head's GCS pid), then holds the cluster until it is stopped. Ray's address file of the machine goes in
+# TEMP_DIR/ray too.
 TWO_NODES = """import json, os, sys, time
 os.environ["RAY_TMPDIR"] = sys.argv[1]
 os.makedirs(os.path.join(sys.argv[1], "ray"), exist_ok=True)

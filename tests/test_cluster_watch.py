@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+from reliability_helpers import wait_for
 
 from tune_dfrl.cluster_watch import ClusterLost, ClusterWatch, gcs_answers, head_lost
 
@@ -35,13 +36,6 @@ def test_a_listening_port_answers_and_a_closed_one_does_not() -> None:
     assert not gcs_answers(address)
 
 
-def wait_until(condition, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def test_a_closed_gcs_is_raised_in_the_driver_and_nothing_forces_the_end() -> None:
     server = socket.create_server(("127.0.0.1", 0))
     address = f"127.0.0.1:{server.getsockname()[1]}"
@@ -52,7 +46,7 @@ def test_a_closed_gcs_is_raised_in_the_driver_and_nothing_forces_the_end() -> No
     time.sleep(0.2)
     watch.check()  # the head answers: nothing to raise
     server.close()
-    wait_until(lambda: watch.lost is not None)
+    wait_for(lambda: watch.lost is not None, 5, "the watch to find the head lost", poll_s=0.01)
     with pytest.raises(ClusterLost) as raised:
         watch.check()
     assert str(raised.value) == (
@@ -84,7 +78,7 @@ def test_a_driver_that_does_not_stop_in_time_is_ended_with_the_error_line() -> N
 def test_a_stopped_watch_probes_no_more() -> None:
     probed: list[str] = []
     watch = ClusterWatch("127.0.0.1:9", "", every_s=0.02, probe=lambda address: probed.append(address) or True).start()
-    wait_until(lambda: len(probed) >= 2)
+    wait_for(lambda: len(probed) >= 2, 5, "two probes", poll_s=0.01)
     watch.stop()
     time.sleep(0.1)
     count = len(probed)

@@ -206,8 +206,8 @@ def test_a_resume_fails_the_trial_optuna_asked_before_the_kill_could_record_it(t
 
 
 def searched_arms(topk: SearchSpace, tmp_path: Path, kill_after: int | None) -> tuple[list[str], list]:
-    """Arm ids in the order a 6-arm search hands them out (the search's own sampler settings, 2 random arms before
-    TPE; each arm's score a function of its id), its cells ending one at a time; with `kill_after`, the driver is
+    """Arm ids in the order a 6-arm search hands them out (the search's kind of sampler: multivariate, grouped TPE,
+    here after 2 random arms; each arm's score a function of its id), its cells ending one at a time; with `kill_after`, the driver is
     killed once that many arms have ended, between Optuna's ask of the next arm and the state's save, and resumed.
     Returns the arms and the study's trials."""
     tmp_path.mkdir()
