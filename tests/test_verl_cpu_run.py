@@ -155,6 +155,14 @@ def same_numbers(record: dict) -> dict:
     return {k: v for k, v in record.items() if not k.startswith(clock)}
 
 
+def signal_all(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 class Crash(RuntimeError):
     """Raised by the search's side of a trial that died before it could record a milestone."""
 
@@ -178,12 +186,9 @@ def test_a_killed_trial_validates_the_milestone_it_lost_then_continues_with_the_
     def crash(milestone) -> None:
         first.append(milestone)
         killed.update(verl_trees(trial))
-        sockets.update(listening(killed))
-        for pid in killed:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        signal_all(killed, signal.SIGSTOP)  # frozen at once: verl checkpoints step 2 within a second otherwise
+        sockets.update(listening(killed))  # (slow: every socket of ~30 processes)
+        signal_all(killed, signal.SIGKILL)
         raise Crash("the trial died before it recorded the milestone")
 
     with pytest.raises(Crash):
