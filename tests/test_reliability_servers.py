@@ -9,8 +9,10 @@
 
 One tiny embedded search (`python -m tune_dfrl.search`, in a subprocess as a user runs it) uses both; a verl search
 (stand-in child) shows that each trial's child starts its own Ray beside the cluster. Last, a synthetic search loses
-the worker node (its raylet SIGKILLed) mid-search: it finishes, with one note of the loss; and another loses the head
-node (its GCS and raylet SIGKILLed): it stops with one `error:` line and finishes on resume.
+the worker node (its raylet SIGKILLed) mid-search: it finishes, with one note of the loss; a new worker node joins and
+a verl search (stand-in child) loses it whole (every process of the node SIGKILLed, as when its machine goes): the
+lost trial continues from its verl checkpoint on the head; and another search loses the head node (its GCS and
+raylet SIGKILLed): it stops with one `error:` line and finishes on resume.
 Never `ray stop`: the cluster is stopped through its process group and its private temp dir.
 """
 
@@ -34,6 +36,7 @@ import pytest
 from reliability_helpers import (
     TINY,
     TWO_NODES,
+    descendants,
     free_port,
     records,
     search_command,
@@ -41,7 +44,9 @@ from reliability_helpers import (
     start,
     stop,
     synthetic_search_command,
+    trained_steps,
     trial_cells,
+    verl_trees,
     wait_for,
 )
 from tune_dfrl.trainers.verl.export import export_tasks
@@ -99,7 +104,8 @@ class Services:
     tracking_uri: str
     ray_env: dict[str, str]  # the environment that reaches the cluster: its token, loopback (Ray's local-only mode)
     head: dict  # the head node's id, raylet pid and GCS pid
-    worker: dict  # the worker node's
+    worker: dict  # the first worker node's (`new_worker` adds another)
+    cluster: int  # the pid of the process that holds the cluster (TWO_NODES)
 
 
 def environment(**changes: str) -> dict[str, str]:
@@ -171,11 +177,20 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
         assert cluster.poll() is None, (root / "cluster.log").read_text()[-3000:]
         assert tracking.poll() is None, (root / "mlflow-server.log").read_text()[-3000:]
         nodes = json.loads(described()[0])
-        yield Services(root, nodes["address"], ray_tmp, uri, ray_env, nodes["head"], nodes["worker"])
+        yield Services(root, nodes["address"], ray_tmp, uri, ray_env, nodes["head"], nodes["worker"], cluster.pid)
     finally:
         stop(cluster, marker=str(ray_tmp), sig=signal.SIGKILL)  # a throwaway cluster: no 30 s drain
         stop(tracking)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def new_worker(services: Services) -> dict:
+    """Add a worker node to the cluster (after a test killed the first one); its id and raylet pid."""
+    log = services.root / "cluster.log"
+    known = log.read_text().count('{"worker"')
+    os.kill(services.cluster, signal.SIGUSR1)
+    wait_for(lambda: log.read_text().count('{"worker"') > known, 120, "a new worker node")
+    return json.loads([line for line in log.read_text().splitlines() if line.startswith('{"worker"')][-1])["worker"]
 
 
 @pytest.fixture(scope="module")
@@ -439,6 +454,73 @@ def test_a_search_that_loses_a_node_finishes_every_cell_once_and_says_so(service
         out / name for name in ("results.jsonl", "failures.jsonl", "mlflow.db", "mlartifacts", "optuna.db", "report")
     ]
     assert not [p for p in written if p.is_relative_to(cache) or any(p.is_relative_to(d) for d in driver_only)]
+
+
+def test_a_verl_trial_on_a_lost_node_continues_from_its_checkpoint_on_the_survivor(services: Services) -> None:
+    """After the first worker's loss: a new worker node joins, and a verl search (the stand-in child: verl's
+    checkpoints and resume, no training) runs two trials at a time, one per node, with its trial folders in OUT, which
+    both nodes see. Once the new worker's trial has checkpointed and logged its first milestone (of 2), that node's
+    raylet is SIGKILLed: the trial's verl process group ends with it, the trial runs again on the head, and its verl
+    run resumes from the checkpoint (its second start begins at step 3); every milestone is recorded once."""
+    worker = new_worker(services)
+    root = services.root / "lost-verl"
+    root.mkdir()
+    train, val = export_tasks(root / "data", per_domain=4)
+    model = write_model(root / "model")
+    out = root / "out"
+    command = search_command(
+        "space=difffilter_band",
+        "backend=verl",
+        "backend.device=cpu",
+        f"backend.model_path={hydra_quote(str(model))}",
+        f"backend.train_files=[{hydra_quote(str(train))}]",
+        f"backend.val_files=[{hydra_quote(str(val))}]",
+        command_override("--step-seconds", "3"),
+        "steps=4",
+        "milestone_every=2",
+        "seeds=2",
+        "arms=1",
+        "scheduler.name=fifo",
+        "control_cache=null",
+        f"out={out}",
+        f"ray.address={services.ray_address}",
+    )
+    driver = start(command, cwd=root, env=environment(**services.ray_env), log=root / "search.log")
+    lost: list[tuple[str, int]] = []
+
+    def midway_on_the_worker() -> bool:
+        """The new worker's trial has recorded milestone 2 (its checkpoint is saved before that step's log)."""
+        cells = trial_cells(worker["raylet"])
+        lost[:] = [
+            cell for cell in cells if [r["step"] for r in records(cell_dir(out / "cells", *cell) / MILESTONES)] == [2]
+        ]
+        return bool(lost) or driver.poll() is not None
+
+    try:
+        wait_for(midway_on_the_worker, 300, "the new worker's verl trial at its first milestone", poll_s=0.2)
+        assert driver.poll() is None, (root / "search.log").read_text()[-3000:]
+        node = descendants(worker["raylet"])  # the raylet, its workers and the trial's verl processes
+        killed_verl = node & verl_trees(out)
+        for sig in (signal.SIGSTOP, signal.SIGKILL):  # frozen first: nothing of the node runs on while it is listed
+            for pid in node:
+                os.kill(pid, sig)
+        driver.wait(timeout=300)
+    finally:
+        stop(driver)
+    said = (root / "search.log").read_text()
+    assert driver.returncode == 0, said[-3000:]
+    lines = records(out / "results.jsonl")
+    cells = {(r["arm_id"], r["seed"]) for r in lines}
+    assert len(cells) == 4 and sorted((r["arm_id"], r["seed"], r["step"]) for r in lines) == sorted(
+        (arm, seed, step) for arm, seed in cells for step in (2, 4)
+    ), lines  # every milestone of every cell, each once
+    notes = [line for line in said.splitlines() if line.startswith("note: lost node")]
+    assert len(notes) == 1 and f"(id {worker['id'][:8]}" in notes[0], said[-3000:]
+    assert killed_verl and "run again from their last milestone" in notes[0], notes
+    trial = cell_dir(out / "cells", *lost[0]) / "checkpoint"
+    starts = [run["first_step"] for run in records(trial / "verl_runs.jsonl")]
+    assert starts == [1, 3], starts  # the second start resumed from the checkpoint of step 2
+    assert trained_steps(records(trial / "verl_metrics.jsonl")) == [3, 4]
 
 
 def test_a_search_that_loses_the_clusters_head_stops_with_the_resume_line_and_resumes(services: Services) -> None:
