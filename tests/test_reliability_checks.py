@@ -22,7 +22,7 @@ from search_helpers import search_cfg
 
 from tune_dfrl.control_cache import ControlCache, code_digest
 from tune_dfrl.pairing import INNER_METRIC, PairedRepeater
-from tune_dfrl.results import flat_result, milestone_record
+from tune_dfrl.results import flat_result, milestone_record, read_records
 from tune_dfrl.resume import STATE_FORMAT
 from tune_dfrl.scheduler import make_scheduler
 from tune_dfrl.search import plan_search, save_plan
@@ -343,7 +343,7 @@ def test_the_paired_scheduler_leaves_out_a_seed_only_after_its_last_retry(tmp_pa
         control="c",
         seeds=(0, 1),
         milestones=(2, 4),
-        state_path=tmp_path / "scheduler.pkl",
+        log_path=tmp_path / "rungs.jsonl",
     )
     trial = Trial("__fake", config={"arm": {"arm_id": "a"}, "seed": 1}, stub=True, max_failures=1)
     trial.run_metadata.num_failures = 1
@@ -354,6 +354,13 @@ def test_the_paired_scheduler_leaves_out_a_seed_only_after_its_last_retry(tmp_pa
     trial.set_status(Trial.RUNNING)  # the last crash: Tune reports the error of a trial it will not retry
     scheduler.on_trial_error(None, trial)
     assert scheduler.book._seeds_for("a") == (0,)
-    restored = make_scheduler(SchedulerSettings(), metric="score/db", control="c", seeds=(0, 1), milestones=(2, 4))
-    restored.restore(str(tmp_path / "scheduler.pkl"))  # saved after the event
-    assert restored.book._seeds_for("a") == (0,)
+    restored = make_scheduler(
+        SchedulerSettings(),
+        metric="score/db",
+        control="c",
+        seeds=(0, 1),
+        milestones=(2, 4),
+        log_path=tmp_path / "rungs.jsonl",
+    )
+    restored.replay()  # the failure was logged, the retried crash was not
+    assert restored.book._seeds_for("a") == (0,) and len(read_records(tmp_path / "rungs.jsonl")) == 1

@@ -210,7 +210,9 @@ def test_a_rung_whose_control_seeds_all_failed_is_decided() -> None:
     assert not decided.decision.keep and decided.seeds == ()
     assert decided.decision.reason == "no seed left to pair with the control (the control failed at seeds [0, 1])"
     assert book.action("A", 5) == STOP
-    book.retry_failed()  # a resume with retry_failed=true: the arm is decided again once the control has run
+    assert (
+        book.retry_failed() == []
+    )  # a resume with retry_failed=true: the arm is decided again once the control has run
     assert book.stopped("A") is None and book.observe("C", 0, 5, 40.0) == []
     [again] = book.observe("C", 1, 5, 40.0)
     assert again.decision.keep and again.seeds == (0, 1)

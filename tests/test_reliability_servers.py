@@ -193,6 +193,49 @@ def new_worker(services: Services) -> dict:
     return json.loads([line for line in log.read_text().splitlines() if line.startswith('{"worker"')][-1])["worker"]
 
 
+def each_milestone_once(out: Path, steps: tuple[int, ...] = (5, 10)) -> list[dict]:
+    """results.jsonl of a search of 4 cells: every milestone of every cell, each once; its lines."""
+    lines = records(out / "results.jsonl")
+    cells = {(r["arm_id"], r["seed"]) for r in lines}
+    assert len(cells) == 4 and sorted((r["arm_id"], r["seed"], r["step"]) for r in lines) == sorted(
+        (arm, seed, step) for arm, seed in cells for step in steps
+    ), lines
+    return lines
+
+
+def lost_node_note(said: str, node: dict) -> str:
+    """The search's one `note: lost node` line, which names `node` and says its trials run again."""
+    notes = [line for line in said.splitlines() if line.startswith("note: lost node")]
+    assert len(notes) == 1 and f"(id {node['id'][:8]}" in notes[0], said[-3000:]
+    assert "run again from their last milestone" in notes[0], notes
+    return notes[0]
+
+
+def stand_in_verl_search(root: Path, services: Services, child: str, steps: int) -> list[str]:
+    """The command of a verl search attached to the cluster whose trials run the stand-in child with option `child`
+    (2 seeds, 1 arm, `steps` steps, a milestone every 2), its data, model and OUT (root/out) under `root`."""
+    root.mkdir()
+    train, val = export_tasks(root / "data", per_domain=4)
+    model = write_model(root / "model")
+    return search_command(
+        "space=difffilter_band",
+        "backend=verl",
+        "backend.device=cpu",
+        f"backend.model_path={hydra_quote(str(model))}",
+        f"backend.train_files=[{hydra_quote(str(train))}]",
+        f"backend.val_files=[{hydra_quote(str(val))}]",
+        command_override(*child.split()),
+        f"steps={steps}",
+        "milestone_every=2",
+        "seeds=2",
+        "arms=1",
+        "scheduler.name=fifo",
+        "control_cache=null",
+        f"out={root / 'out'}",
+        f"ray.address={services.ray_address}",
+    )
+
+
 @pytest.fixture(scope="module")
 def searched(services: Services) -> Path:
     out = services.root / "out"
@@ -311,28 +354,9 @@ def test_verl_trials_on_the_cluster_start_their_own_private_ray_on_loopback(serv
     127.0.0.1 only, with token authentication; the cluster keeps its two nodes. Four trials each start a Ray instance
     on the two nodes' 2 CPUs: about 50 s on an idle machine, up to 150 s beside the rest of `make test`."""
     root = services.root / "verl"
-    root.mkdir()
-    train, val = export_tasks(root / "data", per_domain=4)
-    model = write_model(root / "model")
     out = root / "out"
     done = subprocess.run(
-        search_command(
-            "space=difffilter_band",
-            "backend=verl",
-            "backend.device=cpu",
-            f"backend.model_path={hydra_quote(str(model))}",
-            f"backend.train_files=[{hydra_quote(str(train))}]",
-            f"backend.val_files=[{hydra_quote(str(val))}]",
-            command_override("--start-ray"),
-            "steps=2",
-            "milestone_every=2",
-            "seeds=2",
-            "arms=1",
-            "scheduler.name=fifo",
-            "control_cache=null",
-            f"out={out}",
-            f"ray.address={services.ray_address}",
-        ),
+        stand_in_verl_search(root, services, "--start-ray", steps=2),
         cwd=root,
         env=environment(**services.ray_env),
         capture_output=True,
@@ -395,12 +419,8 @@ def test_a_search_whose_driver_is_killed_resumes_on_the_cluster(services: Servic
         synthetic_search_command(*args, "resume=true"), cwd=root, env=env, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    after = records(out / "results.jsonl")
+    after = each_milestone_once(out)
     assert after[: len(before)] == before
-    cells = {(r["arm_id"], r["seed"]) for r in after}
-    assert len(cells) == 4 and sorted((r["arm_id"], r["seed"], r["step"]) for r in after) == sorted(
-        (arm, seed, step) for arm, seed in cells for step in (5, 10)
-    ), after  # every milestone of every cell, each once
     assert not [r for r in after[len(before) :] if (r["arm_id"], r["seed"]) in finished]
     assert (out / "summary.json").exists()
 
@@ -438,14 +458,8 @@ def test_a_search_that_loses_a_node_finishes_every_cell_once_and_says_so(service
         stop(driver)
     said = (root / "search.log").read_text()
     assert driver.returncode == 0, said[-3000:]
-    lines = records(out / "results.jsonl")
-    cells = {(r["arm_id"], r["seed"]) for r in lines}
-    assert len(cells) == 4 and sorted((r["arm_id"], r["seed"], r["step"]) for r in lines) == sorted(
-        (arm, seed, step) for arm, seed in cells for step in (5, 10)
-    ), lines  # every milestone of every cell, each once
-    notes = [line for line in said.splitlines() if line.startswith("note: lost node")]
-    assert len(notes) == 1 and f"(id {services.worker['id'][:8]}" in notes[0], said[-3000:]
-    assert "run again from their last milestone" in notes[0], notes
+    each_milestone_once(out)
+    lost_node_note(said, services.worker)
     assert not any(dump in said for dump in ("Trial task failed", "Raylet is terminated", "marked dead")), said
     written = {Path(line.split(" ", 1)[1]) for line in (services.root / "writes.log").read_text().splitlines()}
     assert any(path.is_relative_to(out / "cells") for path in written), "the cluster's writes were not recorded"
@@ -464,27 +478,8 @@ def test_a_verl_trial_on_a_lost_node_continues_from_its_checkpoint_on_the_surviv
     run resumes from the checkpoint (its second start begins at step 3); every milestone is recorded once."""
     worker = new_worker(services)
     root = services.root / "lost-verl"
-    root.mkdir()
-    train, val = export_tasks(root / "data", per_domain=4)
-    model = write_model(root / "model")
     out = root / "out"
-    command = search_command(
-        "space=difffilter_band",
-        "backend=verl",
-        "backend.device=cpu",
-        f"backend.model_path={hydra_quote(str(model))}",
-        f"backend.train_files=[{hydra_quote(str(train))}]",
-        f"backend.val_files=[{hydra_quote(str(val))}]",
-        command_override("--step-seconds", "3"),
-        "steps=4",
-        "milestone_every=2",
-        "seeds=2",
-        "arms=1",
-        "scheduler.name=fifo",
-        "control_cache=null",
-        f"out={out}",
-        f"ray.address={services.ray_address}",
-    )
+    command = stand_in_verl_search(root, services, "--step-seconds 3", steps=4)
     driver = start(command, cwd=root, env=environment(**services.ray_env), log=root / "search.log")
     lost: list[tuple[str, int]] = []
 
@@ -509,14 +504,9 @@ def test_a_verl_trial_on_a_lost_node_continues_from_its_checkpoint_on_the_surviv
         stop(driver)
     said = (root / "search.log").read_text()
     assert driver.returncode == 0, said[-3000:]
-    lines = records(out / "results.jsonl")
-    cells = {(r["arm_id"], r["seed"]) for r in lines}
-    assert len(cells) == 4 and sorted((r["arm_id"], r["seed"], r["step"]) for r in lines) == sorted(
-        (arm, seed, step) for arm, seed in cells for step in (2, 4)
-    ), lines  # every milestone of every cell, each once
-    notes = [line for line in said.splitlines() if line.startswith("note: lost node")]
-    assert len(notes) == 1 and f"(id {worker['id'][:8]}" in notes[0], said[-3000:]
-    assert killed_verl and "run again from their last milestone" in notes[0], notes
+    each_milestone_once(out, steps=(2, 4))
+    lost_node_note(said, worker)
+    assert killed_verl  # the trial's verl run was lost with the node
     trial = cell_dir(out / "cells", *lost[0]) / "checkpoint"
     starts = [run["first_step"] for run in records(trial / "verl_runs.jsonl")]
     assert starts == [1, 3], starts  # the second start resumed from the checkpoint of step 2
@@ -562,9 +552,5 @@ def test_a_search_that_loses_the_clusters_head_stops_with_the_resume_line_and_re
         timeout=600,
     )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    lines = records(out / "results.jsonl")
-    cells = {(r["arm_id"], r["seed"]) for r in lines}
-    assert len(cells) == 4 and sorted((r["arm_id"], r["seed"], r["step"]) for r in lines) == sorted(
-        (arm, seed, step) for arm, seed in cells for step in (5, 10)
-    ), lines  # every milestone of every cell, each once
+    each_milestone_once(out)
     assert (out / "summary.json").exists()

@@ -4,10 +4,13 @@ A scripted run drives `PairedScheduler.on_trial_result` / `choose_trial_to_run` 
 `Trial` objects on scores simulated by the decision benchmark: the control runs first, then each arm
 in launch order, its seeds reporting milestone by milestone. Every rung decision the scheduler makes
 must equal `tune_dfrl.rungs.decide` on a table built here from the raw scores, and the arms stopped
-and the trial-steps spent must equal the benchmark's simulation of the same campaign.
+and the trial-steps spent must equal the benchmark's simulation of the same campaign. Replaying the scheduler's
+event log (what a resumed search does) gives back the same decisions.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +19,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
 from tune_dfrl.rungs import ArmDecision, RungRule, decide
-from tune_dfrl.scheduler import make_scheduler
+from tune_dfrl.scheduler import PairedScheduler, make_scheduler
 from tune_dfrl.settings import SchedulerSettings
 
 METRIC = "score/db"
@@ -38,17 +41,25 @@ class ScriptedController:
         trial.set_status(Trial.TERMINATED)
 
 
-def scripted_run(mode: str, scores: np.ndarray, order: np.ndarray, bench) -> tuple[list[ArmDecision], np.ndarray]:
-    """Drive the scheduler on one campaign's scores [A, S, M]; return its decisions and milestones run per arm."""
-    decisions: list[ArmDecision] = []
-    scheduler = make_scheduler(
+def scheduler_of(mode: str, bench, log: Path, on_decision=None) -> PairedScheduler:
+    return make_scheduler(
         SchedulerSettings(mode, eta=ETA, confidence=CONFIDENCE, grace_fraction=GRACE),
         metric=METRIC,
         control=bench.CONTROL,
         seeds=SEEDS,
         milestones=STEPS,
-        on_decision=decisions.append,
+        on_decision=on_decision,
+        log_path=log,
     )
+
+
+def scripted_run(
+    mode: str, scores: np.ndarray, order: np.ndarray, bench, log: Path
+) -> tuple[list[ArmDecision], np.ndarray]:
+    """Drive the scheduler (its events logged to `log`) on one campaign's scores [A, S, M]; return its decisions and
+    milestones run per arm."""
+    decisions: list[ArmDecision] = []
+    scheduler = scheduler_of(mode, bench, log, decisions.append)
     n_arms = scores.shape[0]
     trials = {
         (arm, seed): Trial("scripted", config={"arm": {"arm_id": bench.arm_name(arm)}, "seed": seed}, stub=True)
@@ -90,7 +101,8 @@ def expected_decision(
 
 
 @pytest.mark.parametrize("mode", ["paired_asha", "race"])
-def test_scheduler_decisions_equal_the_pure_function(mode: str) -> None:
+def test_scheduler_decisions_equal_the_pure_function(mode: str, tmp_path: Path) -> None:
+    """... and a scheduler that replays the run's event log (a resumed search) holds the same decisions, in order."""
     bench = load_benchmark()
     model = bench.CampaignModel(paired_sd=2.0, seed_sd=1.0, seeds=len(SEEDS), milestones=len(STEPS))
     effects = (2.5, 0.0, 0.0, 0.0, -1.0, -3.0, -6.0)
@@ -103,8 +115,12 @@ def test_scheduler_decisions_equal_the_pure_function(mode: str) -> None:
     simulated_finished, simulated_spent = bench.run_paired_rungs(scores, orders, bench.rung_rule_keep(rule), rungs)
     stops = 0
     for c in range(len(scores)):
-        decisions, ran = scripted_run(mode, scores[c], orders[c], bench)
+        log = tmp_path / f"rungs{c}.jsonl"
+        decisions, ran = scripted_run(mode, scores[c], orders[c], bench, log)
         assert decisions, "the scheduler made no rung decision"
+        replayed = scheduler_of(mode, bench, log)
+        replayed.replay()
+        assert list(replayed.book.decisions.values()) == decisions
         for decided in decisions:
             assert decided.seeds == SEEDS and decided.rung in (20, 30, 40)
             assert decided.decision == expected_decision(decided, scores[c], orders[c], ran, bench, rule)

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import optuna
 import pytest
+from ray.tune.experiment import Trial
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from tune_dfrl.pairing import INNER_METRIC, PairedRepeater
+from tune_dfrl.results import read_records
 from tune_dfrl.resume import STATE_FORMAT
 from tune_dfrl.rungs import RungBook, RungRule
 from tune_dfrl.scheduler import PairedScheduler
@@ -293,29 +295,31 @@ def persisted_shape(value: object, found: dict[str, list[str]] | None = None) ->
 
 
 STATE_SHAPES = {  # the persisted shape of each state format (tune_dfrl.resume.STATE_FORMAT)
-    1: {
+    2: {
         "searcher.pkl": [
             "_cells", "_exhausted", "_metric", "_mode", "_optuna_ids", "_queue", "_suggested", "_told_inner", "arms",
             "batches", "control", "feedback", "ledger", "max_duplicates", "n_arms", "seeds",
         ],
-        "scheduler.pkl": ["book", "reached"],
         "tune_dfrl.backend.ArmSpec": ["arm_id", "label", "method", "params"],
         "tune_dfrl.feedback.OptunaFeedback": ["final_step", "intermediate", "ledger", "outcome", "searched", "seeds"],
         "tune_dfrl.feedback.Told": ["arm", "state", "step", "value"],
         "tune_dfrl.ledger.PairedLedger": ["_ends", "_scores", "control"],
-        "tune_dfrl.rungs.ArmDecision": ["arm", "decision", "rung", "seeds"],
-        "tune_dfrl.rungs.RungBook": ["_decided_at", "control", "decisions", "ledger", "rule", "rungs", "seeds"],
-        "tune_dfrl.rungs.RungDecision": ["keep", "leader", "reason"],
-        "tune_dfrl.rungs.RungRule": ["confidence", "eta", "grace_fraction", "min_seeds", "mode"],
+        "rungs.jsonl": [["arm", "event", "score", "seed", "step"], ["arm", "event", "seed"], ["event"]],
     },
 }  # fmt: skip
 
 
+def cell_trial(arm: str, seed: int) -> Trial:
+    """A Tune trial of the cell (arm, seed), as the paired scheduler reads it (never run)."""
+    return Trial("__fake", config={"arm": {"arm_id": arm}, "seed": seed}, stub=True)
+
+
 def test_the_persisted_state_has_the_shape_of_its_format_version(topk: SearchSpace, tmp_path) -> None:
-    """What OUT/state/searcher.pkl and scheduler.pkl pickle (their keys, and the attributes of every tune_dfrl object
-    in them) is the shape recorded for STATE_FORMAT: a change of shape must raise STATE_FORMAT (and record the new
-    shape here), so that a folder of the old shape is refused with a message instead of failing inside a pickle.
-    (The seeds=auto batches are None here; their class is pinned by the searcher's `batches` key only.)"""
+    """What OUT/state/searcher.pkl pickles (its keys, and the attributes of every tune_dfrl object in it) and the
+    keys of each kind of event in OUT/state/rungs.jsonl are the shape recorded for STATE_FORMAT: a change of shape must
+    raise STATE_FORMAT (and record the new shape here), so that a folder of the old shape is refused with a message
+    instead of failing inside a pickle or a replay. (The seeds=auto batches are None here; their class is pinned by the
+    searcher's `batches` key only.)"""
     searcher = repeater(topk, n_arms=3, storage=optuna.storages.InMemoryStorage())
     handed = hand_out(searcher, 6)  # the control's three cells, then an arm's
     for tid, cfg in handed[:3]:
@@ -324,15 +328,16 @@ def test_the_persisted_state_has_the_shape_of_its_format_version(topk: SearchSpa
         finish(searcher, tid, {10: 1.0, 20: CONTROL[cfg["seed"]] + 1.0})
     searcher.save(str(tmp_path / "searcher.pkl"))
     book = RungBook(RungRule(mode="race", confidence=0.8), rungs=[10, 20], control="C", seeds=(0, 1))
+    scheduler = PairedScheduler(book, "score/db", log_path=tmp_path / "rungs.jsonl")
     for arm, seed, score in (("C", 0, 1.0), ("A", 0, 2.0), ("C", 1, 1.0), ("A", 1, 3.0)):
-        book.observe(arm, seed, 10, score)
-    PairedScheduler(book, "score/db").save(str(tmp_path / "scheduler.pkl"))
+        scheduler.on_trial_result(None, cell_trial(arm, seed), {"step": 10, "score/db": score})
+    scheduler.leave_out(cell_trial("A", 1))
+    scheduler.retry_failed()
 
     with (tmp_path / "searcher.pkl").open("rb") as f:
         state = pickle.load(f)["state"]
-    with (tmp_path / "scheduler.pkl").open("rb") as f:
-        scheduled = pickle.load(f)
-    shape = {"searcher.pkl": sorted(state), "scheduler.pkl": sorted(scheduled)}
-    persisted_shape(scheduled, persisted_shape(state, shape))
+    events = {tuple(sorted(event)) for event in read_records(tmp_path / "rungs.jsonl")}
+    shape = {"searcher.pkl": sorted(state), "rungs.jsonl": sorted(list(keys) for keys in events)}
+    persisted_shape(state, shape)
     assert book.decisions and searcher.told  # the objects a search persists are all there
     assert shape == STATE_SHAPES[STATE_FORMAT], "the persisted state changed shape: raise tune_dfrl.resume.STATE_FORMAT"

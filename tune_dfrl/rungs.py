@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -136,6 +137,7 @@ def decide(candidate: str, deltas: Mapping[str, Mapping[int, float]], rule: Rung
 
 
 CONTINUE, WAIT, STOP = "continue", "wait", "stop"
+SCORE, RETRY_FAILED = "score", "retry_failed"  # events of a book's log, with FAILED (`RungBook.apply`)
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,18 @@ class RungBook:
         self.ledger = PairedLedger(control)  # scores (first of a milestone kept) and the failed cells
         self.decisions: dict[tuple[str, int], ArmDecision] = {}  # (arm, rung) -> decision
         self._decided_at: dict[int, list[str]] = {rung: [] for rung in self.rungs}  # rung -> arms, in order
+
+    def apply(self, event: Mapping[str, Any]) -> list[ArmDecision]:
+        """One event of the book's log: {"event": "score", arm, seed, step, score} (`observe`), {"event": "failed",
+        arm, seed} (`fail`) or {"event": "retry_failed"}; the book is the fold of its events, in order."""
+        kind = event["event"]
+        if kind == SCORE:
+            return self.observe(event["arm"], event["seed"], event["step"], event["score"])
+        if kind == FAILED:
+            return self.fail(event["arm"], event["seed"])
+        if kind == RETRY_FAILED:
+            return self.retry_failed()
+        raise ValueError(f"unknown rung book event {kind!r}; known: {SCORE}, {FAILED}, {RETRY_FAILED}")
 
     def observe(self, arm: str, seed: int, step: int, score: float) -> list[ArmDecision]:
         """Record score(arm, seed, step); return the rung decisions this made possible."""
@@ -224,12 +238,15 @@ class RungBook:
         self.decisions[(arm, rung)] = decided
         return decided
 
-    def retry_failed(self) -> None:
-        """Forget the failed seeds and the decisions that had no seed to pair (a resume runs those cells again)."""
+    def retry_failed(self) -> list[ArmDecision]:
+        """Forget the failed seeds and the decisions that had no seed to pair (a resume runs those cells again);
+        return the decisions this made possible (every change of the book is followed by its decisions, so a score
+        recorded again changes nothing)."""
         for arm in self.ledger.arms():
             for seed in self.ledger.seeds_ended(arm, FAILED):
                 self.ledger.reopen(arm, seed)
         self.decisions = {key: d for key, d in self.decisions.items() if d.seeds}
+        return self._decide_ready()
 
     def _decide(self, arm: str, rung: int, seeds: tuple[int, ...]) -> ArmDecision:
         """decide() on the paired deltas at `rung` of the arms decided there before (on their own seeds), `arm`, and

@@ -6,13 +6,14 @@ from the backend's own milestone checkpoint); when the decision is made, every t
 continues, or every trial of the arm stops.
 
 A crashed trial that Tune retries (`FailureConfig.max_failures`) is not a failure yet: only its
-last crash leaves the seed out. With a `state_path`, the book is rewritten there atomically after
-every event, so a resumed search keeps the rung decisions already made.
+last crash leaves the seed out. With a `log_path`, every event that changes the book (a new score, a
+cell's final failure, a resume's `retry_failed`) is appended there as a JSON line before the book
+applies it (`RungBook.apply`); `replay` folds the log into the book again, so a resumed search makes
+the rung decisions already made, in the same order, without announcing them again.
 """
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
-from tune_dfrl.resume import save_atomically
-from tune_dfrl.rungs import CONTINUE, STOP, WAIT, ArmDecision, RungBook, RungRule
+from tune_dfrl.ledger import FAILED
+from tune_dfrl.results import append_record, read_records
+from tune_dfrl.rungs import CONTINUE, RETRY_FAILED, SCORE, STOP, WAIT, ArmDecision, RungBook, RungRule
 from tune_dfrl.settings import PAIRED_SCHEDULERS, SchedulerSettings
 
 if TYPE_CHECKING:
@@ -36,11 +38,11 @@ class PairedScheduler(TrialScheduler):
         book: RungBook,
         metric: str,
         on_decision: Callable[[ArmDecision], None] | None = None,
-        state_path: Path | None = None,
+        log_path: Path | None = None,
     ) -> None:
         super().__init__()
         self.book = book
-        self.state_path = state_path
+        self.log_path = log_path
         self._metric = metric
         self._on_decision = on_decision
         self._reached: dict[str, int] = {}  # trial id -> last step reported
@@ -55,8 +57,9 @@ class PairedScheduler(TrialScheduler):
         arm, seed = _cell(trial)
         step = int(result["step"])
         self._reached[trial.trial_id] = step
-        self._apply(tune_controller, self.book.observe(arm, seed, step, float(result[self._metric])), trial)
-        self._persist()
+        if seed not in self.book.ledger.scores(arm, step):  # a replayed milestone changes nothing
+            event = {"event": SCORE, "arm": arm, "seed": seed, "step": step, "score": float(result[self._metric])}
+            self._apply(tune_controller, self._record(event), trial)
         return {CONTINUE: self.CONTINUE, WAIT: self.PAUSE, STOP: self.STOP}[self.book.action(arm, step)]
 
     def on_trial_error(self, tune_controller: TuneController, trial: Trial) -> None:
@@ -68,8 +71,18 @@ class PairedScheduler(TrialScheduler):
         """The trial's cell failed for good: its seed is left out of the arm's decisions. Without a controller
         (a failure Tune told no one of, `tune_dfrl.trial_watch`) the trials of an arm this stops are stopped
         by `choose_trial_to_run`."""
-        self._apply(tune_controller, self.book.fail(*_cell(trial)), trial)
-        self._persist()
+        arm, seed = _cell(trial)
+        self._apply(tune_controller, self._record({"event": FAILED, "arm": arm, "seed": seed}), trial)
+
+    def replay(self) -> None:
+        """Fold the events of `log_path` into the book (a resumed search; its decisions are not announced again)."""
+        for event in read_records(self.log_path):
+            self.book.apply(event)
+
+    def retry_failed(self) -> None:
+        """A resume with retry_failed: the failed seeds and the decisions that had no seed to pair are forgotten;
+        decisions this makes possible are announced."""
+        self._apply(None, self._record({"event": RETRY_FAILED}), None)
 
     def on_trial_complete(self, tune_controller: TuneController, trial: Trial, result: dict) -> None:
         pass
@@ -97,23 +110,16 @@ class PairedScheduler(TrialScheduler):
         stopped = {d.arm for d in self.book.decisions.values() if not d.decision.keep}
         return f"PairedScheduler({self.book.rule.mode}): {len(self.book.decisions)} rung decisions, {len(stopped)} arms stopped"
 
-    def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump({"book": self.book, "reached": self._reached}, f)
-
-    def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as f:
-            state = pickle.load(f)
-        self.book, self._reached = state["book"], state["reached"]
-
-    def _persist(self) -> None:
-        if self.state_path is not None:
-            save_atomically(self.state_path, self.save)
+    def _record(self, event: dict[str, Any]) -> list[ArmDecision]:
+        """Log the event, then apply it to the book; the decisions it made possible."""
+        if self.log_path is not None:
+            append_record(self.log_path, event)
+        return self.book.apply(event)
 
     def _next(self, trial: Trial) -> str:
         return self.book.action(_cell(trial)[0], self._reached.get(trial.trial_id, 0))
 
-    def _apply(self, tune_controller: TuneController | None, made: list[ArmDecision], current: Trial) -> None:
+    def _apply(self, tune_controller: TuneController | None, made: list[ArmDecision], current: Trial | None) -> None:
         """Report new decisions; stop every waiting or not-yet-started trial of a stopped arm."""
         for decided in made:
             if self._on_decision is not None:
@@ -146,13 +152,13 @@ def make_scheduler(
     seeds: Sequence[int],
     milestones: Sequence[int],
     on_decision: Callable[[ArmDecision], None] | None = None,
-    state_path: Path | None = None,
+    log_path: Path | None = None,
 ) -> TrialScheduler:
-    """`paired_asha` / `race` (paired, per arm, state kept at `state_path`), Ray's plain per-trial `asha`,
+    """`paired_asha` / `race` (paired, per arm, its events logged at `log_path`), Ray's plain per-trial `asha`,
     or `fifo` (no stopping)."""
     if settings.name in PAIRED_SCHEDULERS:
         rule = RungRule.of(settings)
-        return PairedScheduler(RungBook(rule, rule.rungs(milestones), control, seeds), metric, on_decision, state_path)
+        return PairedScheduler(RungBook(rule, rule.rungs(milestones), control, seeds), metric, on_decision, log_path)
     if settings.name == "asha":
         first = asha_grace_step(settings, milestones)
         return ASHAScheduler(time_attr="step", max_t=max(milestones), grace_period=first, reduction_factor=settings.eta)

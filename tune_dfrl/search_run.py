@@ -37,7 +37,7 @@ from tune_dfrl.cluster_watch import ClusterWatch
 from tune_dfrl.control_cache import ControlCache
 from tune_dfrl.guarded import Guarded
 from tune_dfrl.results import read_records, repair_log, write_records
-from tune_dfrl.resume import attempts_log, hold_folder, start_attempt, state_dir
+from tune_dfrl.resume import RUNG_LOG, attempts_log, hold_folder, start_attempt, state_dir
 from tune_dfrl.search_plan import OPTUNA_DB, Plan, SearchError, check_out, save_plan
 from tune_dfrl.seed_batches import HISTORY_FILE
 from tune_dfrl.trial import MILESTONES, cell_dir
@@ -165,7 +165,7 @@ def train(plan: Plan) -> Trained:
     with backend_errors(plan.backend_name, "size a trial"):
         resources = plan.backend.resources()
     out = plan.out
-    for log in (out / "results.jsonl", out / "failures.jsonl", attempts_log(out)):
+    for log in (out / "results.jsonl", out / "failures.jsonl", attempts_log(out), state_dir(out) / RUNG_LOG):
         if (note := repair_log(log)) is not None:
             print(f"note: {note}", flush=True)
     save_plan(plan)
@@ -259,15 +259,15 @@ def train(plan: Plan) -> Trained:
         seeds=plan.seeds,
         milestones=plan.milestones,
         on_decision=on_decision,
-        state_path=state / "scheduler.pkl",
+        log_path=state / RUNG_LOG,
     )
-    if plan.resume:
-        _carry_over(plan, searcher, scheduler, progress)
     results_log = Guarded(
         ResultsLog(out / "results.jsonl", out / "failures.jsonl", plan.metric, attempt),
         f"writing {out}/results.jsonl",
         "the search goes on (each cell keeps its milestones); it ends without a report",
     )
+    if plan.resume:
+        _carry_over(plan, searcher, scheduler, progress)  # may announce decisions (`on_decision`)
     shown_progress = Guarded(progress, "the progress line", "no more progress lines")
     watch = TrialWatch(
         searcher,
@@ -367,14 +367,14 @@ def _carry_over(plan: Plan, searcher: Any, scheduler: Any, progress: Any) -> Non
     """A resumed search continues the stored searcher and rung book; progress starts from what ended before.
     With `retry_failed`, the cells that failed, and those of arms stopped for want of a seed to pair, run again."""
     from tune_dfrl.ledger import FAILED, STOPPED
+    from tune_dfrl.scheduler import PairedScheduler
 
     state = state_dir(plan.out)
-    book = getattr(scheduler, "book", None)
-    if book is not None and (state / "scheduler.pkl").exists():
-        scheduler.restore(str(state / "scheduler.pkl"))
-        book = scheduler.book
-    if plan.retry_failed and book is not None:
-        book.retry_failed()
+    book = scheduler.book if isinstance(scheduler, PairedScheduler) else None
+    if book is not None:
+        scheduler.replay()
+        if plan.retry_failed:
+            scheduler.retry_failed()
 
     def run_again(arm_id: str, seed: int, end: str) -> bool:
         unpaired_stop = end == STOPPED and book is not None and book.stopped(arm_id) is None
