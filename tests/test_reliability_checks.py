@@ -337,30 +337,22 @@ def test_a_resumed_searcher_hands_out_only_the_cells_that_had_not_ended(tmp_path
 
 
 def test_the_paired_scheduler_leaves_out_a_seed_only_after_its_last_retry(tmp_path: Path) -> None:
-    scheduler = make_scheduler(
-        SchedulerSettings(),
-        metric="score/db",
-        control="c",
-        seeds=(0, 1),
-        milestones=(2, 4),
-        log_path=tmp_path / "rungs.jsonl",
-    )
+    def scheduler():
+        settings = SchedulerSettings()
+        return make_scheduler(
+            settings, metric="score/db", control="c", seeds=(0, 1), milestones=(2, 4), log_path=tmp_path / "rungs.jsonl"
+        )
+
+    live = scheduler()
     trial = Trial("__fake", config={"arm": {"arm_id": "a"}, "seed": 1}, stub=True, max_failures=1)
     trial.run_metadata.num_failures = 1
     trial.set_status(Trial.ERROR)  # Tune's state while it requeues a crashed trial for a retry
-    scheduler.on_trial_error(None, trial)
-    assert scheduler.book._seeds_for("a") == (0, 1)
+    live.on_trial_error(None, trial)
+    assert live.book._seeds_for("a") == (0, 1)
     trial.run_metadata.num_failures = 2
     trial.set_status(Trial.RUNNING)  # the last crash: Tune reports the error of a trial it will not retry
-    scheduler.on_trial_error(None, trial)
-    assert scheduler.book._seeds_for("a") == (0,)
-    restored = make_scheduler(
-        SchedulerSettings(),
-        metric="score/db",
-        control="c",
-        seeds=(0, 1),
-        milestones=(2, 4),
-        log_path=tmp_path / "rungs.jsonl",
-    )
+    live.on_trial_error(None, trial)
+    assert live.book._seeds_for("a") == (0,)
+    restored = scheduler()
     restored.replay()  # the failure was logged, the retried crash was not
     assert restored.book._seeds_for("a") == (0,) and len(read_records(tmp_path / "rungs.jsonl")) == 1
