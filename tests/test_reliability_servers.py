@@ -475,11 +475,13 @@ def test_a_verl_trial_on_a_lost_node_continues_from_its_checkpoint_on_the_surviv
     checkpoints and resume, no training) runs two trials at a time, one per node, with its trial folders in OUT, which
     both nodes see. Once the new worker's trial has checkpointed and logged its first milestone (of 2), that node's
     raylet is SIGKILLed: the trial's verl process group ends with it, the trial runs again on the head, and its verl
-    run resumes from the checkpoint (its second start begins at step 3); every milestone is recorded once."""
+    run resumes from the checkpoint (its second start begins at step 3); every milestone is recorded once. 46-95 s
+    on an idle machine, up to 140 s beside the rest of `make test`: five stand-in starts of 2 s steps, two at a time
+    on the two 1-CPU nodes, and Ray's health checks marking the node dead (up to 30 s) before the retry."""
     worker = new_worker(services)
     root = services.root / "lost-verl"
     out = root / "out"
-    command = stand_in_verl_search(root, services, "--step-seconds 3", steps=4)
+    command = stand_in_verl_search(root, services, "--step-seconds 2", steps=4)
     driver = start(command, cwd=root, env=environment(**services.ray_env), log=root / "search.log")
     lost: list[tuple[str, int]] = []
 
