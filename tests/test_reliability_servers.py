@@ -7,12 +7,13 @@
   before anything is written;
 - an MLflow tracking server (`mlflow server`): the search logs to it, checked through its REST API.
 
-One tiny embedded search (`python -m tune_dfrl.search`, in a subprocess as a user runs it) uses both; a verl search
-(stand-in child) shows that each trial's child starts its own Ray beside the cluster. Last, a synthetic search loses
-the worker node (its raylet SIGKILLed) mid-search: it finishes, with one note of the loss; a new worker node joins and
-a verl search (stand-in child) loses it whole (every process of the node SIGKILLed, as when its machine goes): the
-lost trial continues from its verl checkpoint on the head; and another search loses the head node (its GCS and
-raylet SIGKILLed): it stops with one `error:` line and finishes on resume.
+One tiny embedded search (`python -m tune_dfrl.search`, in a subprocess as a user runs it) uses both. A synthetic
+search's driver is killed and the search resumed on the cluster. Last, a synthetic search loses the worker node (its
+raylet SIGKILLed) mid-search: it finishes, with one note of the loss; a new worker node joins and a verl search
+(stand-in child) loses it whole (every process of the node SIGKILLed, as when its machine goes): the lost trial
+continues from its verl checkpoint on the head, and each trial's child started its own Ray beside the cluster; and
+another search loses the head node (its GCS and raylet SIGKILLed): it stops with one `error:` line and finishes on
+resume.
 Never `ray stop`: the cluster is stopped through its process group and its private temp dir.
 """
 
@@ -348,41 +349,6 @@ def test_the_tracking_server_received_parents_children_and_summaries(searched: P
     assert "report/summary.json" in {f["path"] for f in artifacts.get("files", [])}
 
 
-def test_verl_trials_on_the_cluster_start_their_own_private_ray_on_loopback(services: Services) -> None:
-    """A verl search attached to the cluster (the stand-in child, which starts Ray as verl's main_ppo does: `ray.init`
-    with the trial's `ray_kwargs.ray_init`): each trial's child runs a new one-node Ray of the trial's size, on
-    127.0.0.1 only, with token authentication; the cluster keeps its two nodes. Four trials each start a Ray instance
-    on the two nodes' 2 CPUs: about 50 s on an idle machine, up to 150 s beside the rest of `make test`."""
-    root = services.root / "verl"
-    out = root / "out"
-    done = subprocess.run(
-        stand_in_verl_search(root, services, "--start-ray", steps=2),
-        cwd=root,
-        env=environment(**services.ray_env),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    children = [json.loads(p.read_text()) for p in (out / "cells").glob("*/seed*/checkpoint/stand_in.json")]
-    assert len(children) == 4
-    for info in children:
-        private = info["ray"]
-        assert private["gcs_address"].startswith("127.0.0.1:") and private["gcs_address"] != services.ray_address
-        assert private["nodes"] == 1 and "127.0.0.1" in private["listening"]
-        assert set(private["listening"]) <= {"127.0.0.1", "::ffff:127.0.0.1", "::1"}  # loopback only
-        assert private["resources"] == {"CPU": 16.0, "GPU": 1.0, "object_store_memory": float(OBJECT_STORE_BYTES)}
-        assert info["env"]["RAY_ADDRESS"] is None and info["env"]["RAY_AUTH_MODE"] == "token"
-    nodes = subprocess.run(
-        [sys.executable, "-c", NODES, services.ray_address],
-        env=environment(**services.ray_env),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert nodes.stdout.strip().splitlines()[-1:] == ["2 2"], nodes.stdout + nodes.stderr[-3000:]
-
-
 def test_a_search_whose_driver_is_killed_resumes_on_the_cluster(services: Services) -> None:
     """The driver of a search attached to the cluster is SIGKILLed once a cell has finished (Ray then ends its
     trials: their actors are the driver's); the same command with `resume=true`, attached to the cluster again,
@@ -470,23 +436,34 @@ def test_a_search_that_loses_a_node_finishes_every_cell_once_and_says_so(service
     assert not [p for p in written if p.is_relative_to(cache) or any(p.is_relative_to(d) for d in driver_only)]
 
 
-def test_a_verl_trial_on_a_lost_node_continues_from_its_checkpoint_on_the_survivor(services: Services) -> None:
-    """After the first worker's loss: a new worker node joins, and a verl search (the stand-in child: verl's
-    checkpoints and resume, no training) runs two trials at a time, one per node, with its trial folders in OUT, which
-    both nodes see. Once the new worker's trial has checkpointed and logged its first milestone (of 2), that node's
-    raylet is SIGKILLed: the trial's verl process group ends with it, the trial runs again on the head, and its verl
-    run resumes from the checkpoint (its second start begins at step 3); every milestone is recorded once. 46-95 s
-    on an idle machine, up to 140 s beside the rest of `make test`: five stand-in starts of 2 s steps, two at a time
-    on the two 1-CPU nodes, and Ray's health checks marking the node dead (up to 30 s) before the retry."""
+@dataclass(frozen=True)
+class LostVerl:
+    out: Path
+    worker: dict  # the worker node lost (its id and raylet pid)
+    cell: tuple[str, int]  # the cell whose trial ran there
+    killed_verl: set[int]  # the processes of that trial's verl run among the node's, at the kill
+    returncode: int
+    said: str  # the search's output
+
+
+@pytest.fixture(scope="module")
+def lost_verl(services: Services) -> LostVerl:
+    """After the first worker's loss (the test before): a new worker node joins, and a verl search (the stand-in child,
+    which keeps verl's checkpoints and resume and starts its own Ray as verl's main_ppo does: `ray.init` with the
+    trial's `ray_kwargs.ray_init`; no training) runs two trials at a time, one per node, with its trial folders in
+    OUT, which both nodes see. Once the new worker's trial has recorded its first milestone (of 2; its checkpoint is
+    saved before), every process of that node (raylet, Ray workers, the trial's verl run and its Ray) is frozen, then
+    SIGKILLed, as when its machine goes. 50-100 s on an idle machine, up to 150 s beside the rest of `make test`: five
+    stand-in starts, each starting a Ray instance, two at a time on the two 1-CPU nodes, and Ray's health checks
+    marking the node dead (up to 30 s) before the retry."""
     worker = new_worker(services)
     root = services.root / "lost-verl"
     out = root / "out"
-    command = stand_in_verl_search(root, services, "--step-seconds 2", steps=4)
+    command = stand_in_verl_search(root, services, "--start-ray --step-seconds 2", steps=4)
     driver = start(command, cwd=root, env=environment(**services.ray_env), log=root / "search.log")
     lost: list[tuple[str, int]] = []
 
     def midway_on_the_worker() -> bool:
-        """The new worker's trial has recorded milestone 2 (its checkpoint is saved before that step's log)."""
         cells = trial_cells(worker["raylet"])
         lost[:] = [
             cell for cell in cells if [r["step"] for r in records(cell_dir(out / "cells", *cell) / MILESTONES)] == [2]
@@ -496,7 +473,7 @@ def test_a_verl_trial_on_a_lost_node_continues_from_its_checkpoint_on_the_surviv
     try:
         wait_for(midway_on_the_worker, 300, "the new worker's verl trial at its first milestone", poll_s=0.2)
         assert driver.poll() is None, (root / "search.log").read_text()[-3000:]
-        node = descendants(worker["raylet"])  # the raylet, its workers and the trial's verl processes
+        node = descendants(worker["raylet"])
         killed_verl = node & verl_trees(out)
         for sig in (signal.SIGSTOP, signal.SIGKILL):  # frozen first: nothing of the node runs on while it is listed
             for pid in node:
@@ -504,15 +481,45 @@ def test_a_verl_trial_on_a_lost_node_continues_from_its_checkpoint_on_the_surviv
         driver.wait(timeout=300)
     finally:
         stop(driver)
-    said = (root / "search.log").read_text()
-    assert driver.returncode == 0, said[-3000:]
-    each_milestone_once(out, steps=(2, 4))
-    lost_node_note(said, worker)
-    assert killed_verl  # the trial's verl run was lost with the node
-    trial = cell_dir(out / "cells", *lost[0]) / "checkpoint"
+    return LostVerl(out, worker, lost[0], killed_verl, driver.returncode, (root / "search.log").read_text())
+
+
+def test_a_verl_trial_on_a_lost_node_continues_from_its_checkpoint_on_the_survivor(lost_verl: LostVerl) -> None:
+    """The search finishes with every milestone once and one note of the loss; the lost trial ran again on the head
+    and its verl run resumed from the checkpoint of step 2: its second start begins at step 3."""
+    assert lost_verl.returncode == 0, lost_verl.said[-3000:]
+    each_milestone_once(lost_verl.out, steps=(2, 4))
+    lost_node_note(lost_verl.said, lost_verl.worker)
+    assert lost_verl.killed_verl  # the trial's verl run was lost with the node
+    trial = cell_dir(lost_verl.out / "cells", *lost_verl.cell) / "checkpoint"
     starts = [run["first_step"] for run in records(trial / "verl_runs.jsonl")]
-    assert starts == [1, 3], starts  # the second start resumed from the checkpoint of step 2
+    assert starts == [1, 3], starts
     assert trained_steps(records(trial / "verl_metrics.jsonl")) == [3, 4]
+
+
+def test_verl_trials_on_the_cluster_start_their_own_private_ray_on_loopback(
+    lost_verl: LostVerl, services: Services
+) -> None:
+    """Each trial's child (the stand-in starts Ray as verl's main_ppo does) ran a new one-node Ray of the trial's size,
+    on 127.0.0.1 only, with token authentication, and none joined the cluster: it holds its own three nodes only
+    (the head, alive, and the two workers lost)."""
+    children = [json.loads(p.read_text()) for p in (lost_verl.out / "cells").glob("*/seed*/checkpoint/stand_in.json")]
+    assert len(children) == 4
+    for info in children:
+        private = info["ray"]
+        assert private["gcs_address"].startswith("127.0.0.1:") and private["gcs_address"] != services.ray_address
+        assert private["nodes"] == 1 and "127.0.0.1" in private["listening"]
+        assert set(private["listening"]) <= {"127.0.0.1", "::ffff:127.0.0.1", "::1"}  # loopback only
+        assert private["resources"] == {"CPU": 16.0, "GPU": 1.0, "object_store_memory": float(OBJECT_STORE_BYTES)}
+        assert info["env"]["RAY_ADDRESS"] is None and info["env"]["RAY_AUTH_MODE"] == "token"
+    nodes = subprocess.run(
+        [sys.executable, "-c", NODES, services.ray_address],
+        env=environment(**services.ray_env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert nodes.stdout.strip().splitlines()[-1:] == ["3 1"], nodes.stdout + nodes.stderr[-3000:]
 
 
 def test_a_search_that_loses_the_clusters_head_stops_with_the_resume_line_and_resumes(services: Services) -> None:
