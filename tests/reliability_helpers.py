@@ -146,6 +146,15 @@ def alive(pid: int) -> bool:
         return False
 
 
+def signal_all(pids: set[int], sig: int) -> None:
+    """Send `sig` to each of `pids` that still exists."""
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def descendants(root: int) -> set[int]:
     """`root` and every live process below it (by parent pid)."""
     parents: dict[int, int] = {}

@@ -42,6 +42,7 @@ from reliability_helpers import (
     records,
     search_command,
     short_tmp,
+    signal_all,
     start,
     stop,
     synthetic_search_command,
@@ -476,8 +477,7 @@ def lost_verl(services: Services) -> LostVerl:
         node = descendants(worker["raylet"])
         killed_verl = node & verl_trees(out)
         for sig in (signal.SIGSTOP, signal.SIGKILL):  # frozen first: nothing of the node runs on while it is listed
-            for pid in node:
-                os.kill(pid, sig)
+            signal_all(node, sig)
         driver.wait(timeout=300)
     finally:
         stop(driver)

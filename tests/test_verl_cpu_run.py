@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from reliability_helpers import LOOPBACK, alive, listening, records, trained_steps, verl_trees
+from reliability_helpers import LOOPBACK, alive, listening, records, signal_all, trained_steps, verl_trees
 from tune_dfrl.trainers.embedded.base import BaseRecipe, ensure_base_model
 from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS
 from tune_dfrl.trainers.verl import timeline
@@ -153,14 +152,6 @@ def same_numbers(record: dict) -> dict:
     `actor/perf/`: seconds, throughput, memory)."""
     clock = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/")
     return {k: v for k, v in record.items() if not k.startswith(clock)}
-
-
-def signal_all(pids: set[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 class Crash(RuntimeError):
