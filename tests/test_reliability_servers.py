@@ -454,7 +454,7 @@ def lost_verl(services: Services) -> LostVerl:
     trial's `ray_kwargs.ray_init`; no training) runs two trials at a time, one per node, with its trial folders in
     OUT, which both nodes see. Once the new worker's trial has recorded its first milestone (of 2; its checkpoint is
     saved before), every process of that node (raylet, Ray workers, the trial's verl run and its Ray) is frozen, then
-    SIGKILLed, as when its machine goes. 50-100 s on an idle machine, up to 170 s beside the rest of `make test`: five
+    SIGKILLed, as when its machine goes. 50-100 s on an idle machine, up to 180 s beside the rest of `make test`: five
     stand-in starts, each starting a Ray instance, two at a time on the two 1-CPU nodes, and Ray's health checks
     marking the node dead (up to 30 s) before the retry."""
     worker = new_worker(services)
