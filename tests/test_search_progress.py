@@ -40,3 +40,14 @@ def test_leader_by_paired_lower_bound_and_concise_lines() -> None:
     assert lines[-2].startswith("[9/12 cells] | stopped arm dropped at step 10: credibly worse than the leader steady")
     assert lines[-1].startswith("[10/12 cells] | dropped seed 0 stopped at step 10 | 1 arm stopped")
     assert lines[-1].endswith("leader by 95% paired lower bound: steady Δ=+1.00 [+0.75, +1.25] (3 seeds)")
+
+
+def test_a_resumed_search_names_an_arm_stopped_before_its_trials_start_by_its_label() -> None:
+    """On `resume=true retry_failed=true` the rung book's replay may stop an arm before any trial of this attempt
+    started: the driver builds the progress line with the labels of results.jsonl, so the line names it."""
+    out = io.StringIO()
+    p = Progress("C", "score/db", total_cells=4, last_step=30, stream=out, labels={"C": "baseline", "D": "dropped"})
+    p.note_decision(ArmDecision("D", 10, (0, 1), RungDecision(False, "credibly worse than the control 'C'", None)))
+    assert out.getvalue().splitlines() == [
+        "[0/4 cells] | stopped arm dropped at step 10: credibly worse than the control baseline | 1 arm stopped"
+    ]

@@ -30,13 +30,14 @@ class Progress(Callback):
         last_step: int,
         confidence: float = 0.95,
         stream: TextIO | None = None,
+        labels: dict[str, str] | None = None,
     ) -> None:
         self.metric = metric
         self.total_cells = total_cells
         self.last_step = last_step  # the final milestone, where the leader is judged
         self.confidence = confidence
         self.stream = stream  # None: sys.stdout at the time of printing (so the callback pickles, as Tune does)
-        self.labels: dict[str, str] = {}
+        self.labels: dict[str, str] = dict(labels or {})  # arm id -> label (a resumed search's, from results.jsonl)
         self.ledger = PairedLedger(control_id)  # final scores and how each cell ended
         self.stopped: dict[str, int] = {}  # arm id -> rung step where it stopped
 
@@ -45,7 +46,6 @@ class Progress(Callback):
     ) -> None:
         """Start from an interrupted search: its results lines, how its (arm id, seed) cells ended, the stopped arms."""
         for r in records:
-            self.labels.setdefault(r["arm_id"], r["label"])
             if r["final"]:
                 self.ledger.record(r["arm_id"], r["seed"], r["step"], r["aggregates"][self.metric.removeprefix(SCORE)])
         for (arm_id, seed), how in ends.items():

@@ -208,7 +208,14 @@ def train(plan: Plan) -> Trained:
         "MLflow logging",
         "the search goes on without it; results.jsonl holds every milestone",
     )
-    progress = Progress(plan.control.arm_id, plan.metric, plan.total_cells, max(plan.milestones))
+    carried = read_records(out / "results.jsonl") if plan.resume else []
+    progress = Progress(  # the labels first: the resume's replay may announce a decision
+        plan.control.arm_id,
+        plan.metric,
+        plan.total_cells,
+        max(plan.milestones),
+        labels={r["arm_id"]: r["label"] for r in carried},
+    )
 
     def on_decision(decided: Any) -> None:
         progress.note_decision(decided)
@@ -267,7 +274,7 @@ def train(plan: Plan) -> Trained:
         "the search goes on (each cell keeps its milestones); it ends without a report",
     )
     if plan.resume:
-        _carry_over(plan, searcher, scheduler, progress)  # may announce decisions (`on_decision`)
+        _carry_over(plan, searcher, scheduler, progress, carried)  # may announce decisions (`on_decision`)
     shown_progress = Guarded(progress, "the progress line", "no more progress lines")
     watch = TrialWatch(
         searcher,
@@ -363,8 +370,9 @@ def _close_within(tracker: Guarded[SearchTracker], status: str, timeout_s: float
         )
 
 
-def _carry_over(plan: Plan, searcher: Any, scheduler: Any, progress: Any) -> None:
-    """A resumed search continues the stored searcher and rung book; progress starts from what ended before.
+def _carry_over(plan: Plan, searcher: Any, scheduler: Any, progress: Any, records: list[dict[str, Any]]) -> None:
+    """A resumed search continues the stored searcher and rung book; progress starts from what ended before (the
+    milestones of results.jsonl: `records`).
     With `retry_failed`, the cells that failed, and those of arms stopped for want of a seed to pair, run again."""
     from tune_dfrl.ledger import FAILED, STOPPED
     from tune_dfrl.scheduler import PairedScheduler
@@ -388,7 +396,7 @@ def _carry_over(plan: Plan, searcher: Any, scheduler: Any, progress: Any) -> Non
             )
     ended = {(arm_id, seed): end for arm_id in searcher.arms for seed, end in searcher.cells_of(arm_id).items()}
     stopped = {d.arm: d.rung for d in book.decisions.values() if not d.decision.keep} if book is not None else {}
-    progress.carry_over(read_records(plan.out / "results.jsonl"), ended, stopped)
+    progress.carry_over(records, ended, stopped)
 
 
 def _seed_control_cells(plan: Plan, cache: ControlCache) -> None:
