@@ -1,6 +1,5 @@
 """PairedLedger: one duplicate rule, paired deltas over common seeds, the interval of stats.paired_interval."""
 
-import io
 import json
 import math
 from types import SimpleNamespace
@@ -9,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from tune_dfrl.feedback import OptunaFeedback
 from tune_dfrl.ledger import FAILED, FINISHED, STOPPED, PairedLedger, estimate_of
 from tune_dfrl.progress import Progress
 from tune_dfrl.report import analyze
@@ -76,8 +76,9 @@ def test_ends_are_checked_and_can_be_reopened():
 
 
 def test_a_repeated_milestone_keeps_its_first_score_in_every_consumer(tmp_path):
-    """A resumed trial re-reports milestones with other values: the results log, the scheduler's book, the progress
-    leader and the report (reading a log that holds the repeats) all keep the first score."""
+    """A resumed trial re-reports milestones with other values: the results log, the scheduler's book, the searcher's
+    feedback to Optuna (the ledger the progress line reads) and the report (reading a log that holds the repeats)
+    all keep the first score."""
     seeds, steps = (0, 1, 2), (10, 20)
     first = {("c", s, t): 40.0 + s + t / 10 for s in seeds for t in steps}
     first |= {("a", s, t): first[("c", s, t)] + 1.0 + 0.5 * s for s in seeds for t in steps}  # deltas 1, 1.5, 2
@@ -94,18 +95,20 @@ def test_a_repeated_milestone_keeps_its_first_score_in_every_consumer(tmp_path):
     stream = [(*key, score) for key, score in first.items()] + [(*key, score) for key, score in again.items()]
     log = ResultsLog(tmp_path / "results.jsonl", tmp_path / "failures.jsonl", "score/db")
     book = RungBook(RungRule(mode="race"), rungs=[10], control="c", seeds=seeds)
-    progress = Progress("c", "score/db", total_cells=6, last_step=steps[-1], stream=io.StringIO())
+    feedback = OptunaFeedback(PairedLedger("c"), seeds, final_step=steps[-1])
+    feedback.add("a")
+    progress = Progress(SimpleNamespace(ledger=feedback.ledger, arms={}), book, "score/db", 6, steps[-1])
     for arm, seed, step, score in stream:
         trial, res = result(arm, seed, step, score)
         log.on_trial_result(0, [], trial, res)
         book.observe(arm, seed, step, score)
-        if res["final"]:
-            progress.on_trial_complete(0, [], trial)
+        feedback.result(arm, seed, step, score)
     written = read_records(tmp_path / "results.jsonl")
     assert len(written) == len(first)
     assert {(r["arm_id"], r["seed"], r["step"]): r["accuracy"]["b"] for r in written} == first
     assert book.ledger.paired_deltas("a", 10) == {0: 1.0, 1: 1.5, 2: 2.0}
     assert progress.leader().mean == pytest.approx(1.5)
+    assert feedback.intermediate["a"] == {10: pytest.approx(1.5)}  # what Optuna was told at step 10
 
     # A log written before the rule holds the repeats after the first lines: the report uses the first.
     for (arm, seed, step), score in again.items():

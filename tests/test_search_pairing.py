@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import pickle
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -13,10 +15,12 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from tune_dfrl.pairing import INNER_METRIC, PairedRepeater
+from tune_dfrl.progress import Progress
 from tune_dfrl.results import read_records
-from tune_dfrl.resume import STATE_FORMAT
-from tune_dfrl.rungs import RungBook, RungRule
+from tune_dfrl.resume import RUNG_LOG, STATE_FORMAT, state_dir
+from tune_dfrl.rungs import ArmDecision, RungBook, RungRule
 from tune_dfrl.scheduler import PairedScheduler
+from tune_dfrl.search_run import _carry_over
 from tune_dfrl.spaces import ArmFactory, SearchSpace
 
 SEEDS = (3, 7, 11)
@@ -341,3 +345,44 @@ def test_the_persisted_state_has_the_shape_of_its_format_version(topk: SearchSpa
     persisted_shape(state, shape)
     assert book.decisions and searcher.told  # the objects a search persists are all there
     assert shape == STATE_SHAPES[STATE_FORMAT], "the persisted state changed shape: raise tune_dfrl.resume.STATE_FORMAT"
+
+
+def test_a_resume_whose_retry_stops_an_arm_at_once_names_the_arm_by_its_label(topk: SearchSpace, tmp_path) -> None:
+    """`resume=true retry_failed=true`: the retry forgets the stop of an arm left with no seed to pair (every control
+    seed failed after scoring the rung) and the book's scores decide that rung at once, during the carry-over. The
+    driver restores the searcher before the book's replay, so the progress line names the arm by its label."""
+    out = tmp_path / "out"
+    state_dir(out).mkdir(parents=True)
+    first = repeater(
+        topk, n_arms=1, storage=optuna.storages.InMemoryStorage(), state_path=state_dir(out) / "searcher.pkl"
+    )
+    handed = hand_out(first, 6)  # the control's three cells, then the arm's
+    arm = first.arms[handed[3][1]["arm"]["arm_id"]]
+    book = RungBook(RungRule(mode="race", confidence=0.8), rungs=[10], control=first.control.arm_id, seeds=SEEDS)
+    scheduler = PairedScheduler(book, "score/db", log_path=state_dir(out) / RUNG_LOG)
+    for _, cfg in handed[:3]:
+        scheduler.on_trial_result(None, cell_trial(first.control.arm_id, cfg["seed"]), {"step": 10, "score/db": 50.0})
+        scheduler.leave_out(cell_trial(first.control.arm_id, cfg["seed"]))
+    for _, cfg in handed[3:]:
+        scheduler.on_trial_result(
+            None, cell_trial(arm.arm_id, cfg["seed"]), {"step": 10, "score/db": 10.0 + cfg["seed"]}
+        )
+    assert book.stopped(arm.arm_id).seeds == ()  # no seed to pair
+
+    resumed = repeater(topk, n_arms=1, storage=optuna.storages.InMemoryStorage())
+    again, decided, lines = RungBook(book.rule, book.rungs, book.control, SEEDS), [], io.StringIO()
+    progress = Progress(resumed, again, "score/db", total_cells=6, last_step=20, stream=lines)
+
+    def on_decision(made: ArmDecision) -> None:  # as the driver's
+        decided.append(made)
+        progress.note_decision(made)
+
+    scheduler = PairedScheduler(again, "score/db", on_decision, state_dir(out) / RUNG_LOG)
+    _carry_over(SimpleNamespace(out=out, retry_failed=True, n_arms=1), resumed, scheduler)
+    [stop] = [d for d in decided if d.arm == arm.arm_id]
+    assert not stop.decision.keep and stop.seeds == SEEDS  # decided on the scores, at once
+    assert lines.getvalue().startswith(f"[0/6 cells] | stopped arm {arm.label} at step 10: ")
+    assert arm.arm_id not in lines.getvalue() and arm.label != arm.arm_id
+    assert [cfg for _, cfg in hand_out(resumed, 3)] == [
+        cfg for _, cfg in handed[:3]
+    ]  # the control's failed cells again

@@ -178,6 +178,12 @@ class PairedRepeater(Searcher):
         for which `run_again(arm_id, seed, end)` holds, is queued again. Returns the numbers of the Optuna
         trials told FAIL because they were asked but never recorded (see the module docstring)."""
         self.restore(str(checkpoint_path))
+        return self.carry_on(n_arms, run_again)
+
+    def carry_on(
+        self, n_arms: int, run_again: Callable[[str, int, str], bool] = lambda arm_id, seed, end: False
+    ) -> list[int]:
+        """`resume` after `restore`: what follows the loading of the saved state."""
         never_trained = self._catch_up_with_study()
         self.n_arms = n_arms
         self._cells = {}

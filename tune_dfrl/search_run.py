@@ -208,16 +208,8 @@ def train(plan: Plan) -> Trained:
         "MLflow logging",
         "the search goes on without it; results.jsonl holds every milestone",
     )
-    carried = read_records(out / "results.jsonl") if plan.resume else []
-    progress = Progress(  # the labels first: the resume's replay may announce a decision
-        plan.control.arm_id,
-        plan.metric,
-        plan.total_cells,
-        max(plan.milestones),
-        labels={r["arm_id"]: r["label"] for r in carried},
-    )
 
-    def on_decision(decided: Any) -> None:
+    def on_decision(decided: Any) -> None:  # after `progress` and `results_log` exist (a resume's may be the first)
         progress.note_decision(decided)
         results_log.call(results_log.inner.note_decision, decided)
         tracker.call(tracker.inner.note_decision, decided)
@@ -273,8 +265,10 @@ def train(plan: Plan) -> Trained:
         f"writing {out}/results.jsonl",
         "the search goes on (each cell keeps its milestones); it ends without a report",
     )
+    book = scheduler.book if isinstance(scheduler, PairedScheduler) else None
+    progress = Progress(searcher, book, plan.metric, plan.total_cells, max(plan.milestones))
     if plan.resume:
-        _carry_over(plan, searcher, scheduler, progress, carried)  # may announce decisions (`on_decision`)
+        _carry_over(plan, searcher, scheduler)  # may announce decisions (`on_decision`)
     shown_progress = Guarded(progress, "the progress line", "no more progress lines")
     watch = TrialWatch(
         searcher,
@@ -370,14 +364,16 @@ def _close_within(tracker: Guarded[SearchTracker], status: str, timeout_s: float
         )
 
 
-def _carry_over(plan: Plan, searcher: Any, scheduler: Any, progress: Any, records: list[dict[str, Any]]) -> None:
-    """A resumed search continues the stored searcher and rung book; progress starts from what ended before (the
-    milestones of results.jsonl: `records`).
-    With `retry_failed`, the cells that failed, and those of arms stopped for want of a seed to pair, run again."""
+def _carry_over(plan: Plan, searcher: Any, scheduler: Any) -> None:
+    """A resumed search continues the stored searcher (restored first: a decision announced below names its arms)
+    and rung book. With `retry_failed`, the cells that failed, and those of arms stopped for want of a seed to
+    pair, run again."""
     from tune_dfrl.ledger import FAILED, STOPPED
     from tune_dfrl.scheduler import PairedScheduler
 
-    state = state_dir(plan.out)
+    stored = state_dir(plan.out) / "searcher.pkl"
+    if stored.exists():
+        searcher.restore(str(stored))
     book = scheduler.book if isinstance(scheduler, PairedScheduler) else None
     if book is not None:
         scheduler.replay()
@@ -388,15 +384,12 @@ def _carry_over(plan: Plan, searcher: Any, scheduler: Any, progress: Any, record
         unpaired_stop = end == STOPPED and book is not None and book.stopped(arm_id) is None
         return plan.retry_failed and (end == FAILED or unpaired_stop)
 
-    if (state / "searcher.pkl").exists():
-        for number in searcher.resume(state / "searcher.pkl", plan.n_arms, run_again):
+    if stored.exists():
+        for number in searcher.carry_on(plan.n_arms, run_again):
             print(
                 f"note: Optuna trial {number} was asked just before the interrupt and never trained: told FAIL",
                 flush=True,
             )
-    ended = {(arm_id, seed): end for arm_id in searcher.arms for seed, end in searcher.cells_of(arm_id).items()}
-    stopped = {d.arm: d.rung for d in book.decisions.values() if not d.decision.keep} if book is not None else {}
-    progress.carry_over(records, ended, stopped)
 
 
 def _seed_control_cells(plan: Plan, cache: ControlCache) -> None:
