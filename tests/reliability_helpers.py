@@ -3,7 +3,6 @@ the processes a test started (by process group and by a unique marker in their c
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -17,6 +16,10 @@ from pathlib import Path
 
 import psutil
 from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS
+
+from tune_dfrl.results import read_records
+
+records = read_records  # the product's reader of JSON-lines logs, under the name the tests use
 
 # 4 GRPO steps, milestones at 2 and 4, the first benchmark of each domain, a small base model (cached by content).
 FIRST_OF_DOMAIN: dict[str, str] = {}
@@ -41,10 +44,6 @@ def free_port() -> int:
 def short_tmp(prefix: str) -> Path:
     """A short private folder under /tmp (Ray's socket paths must stay under ~100 characters); its name marks our processes."""
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
-
-
-def records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def search_command(*overrides: str) -> list[str]:
