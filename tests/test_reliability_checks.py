@@ -324,7 +324,8 @@ def test_a_resumed_searcher_hands_out_only_the_cells_that_had_not_ended(tmp_path
     del first  # the driver dies: only the state file and the Optuna study remain
 
     resumed = repeater(storage, state)
-    resumed.resume(state, n_arms=1)
+    resumed.restore(str(state))
+    resumed.resume(n_arms=1)
     again = {
         (cfg["arm"]["arm_id"], cfg["seed"]): tid for tid, cfg in ((f"u{i}", resumed.suggest(f"u{i}")) for i in range(2))
     }

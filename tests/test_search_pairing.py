@@ -203,7 +203,8 @@ def test_a_resume_fails_the_trial_optuna_asked_before_the_kill_could_record_it(t
         finish(first, tid, {10: CONTROL_10[cfg["seed"]], 20: CONTROL[cfg["seed"]]})
     first.searcher.suggest("arm0000")  # the ask is stored; the kill lands before the state is saved
     resumed = repeater(topk, n_arms=1, storage=optuna.storages.RDBStorage(storage))
-    assert resumed.resume(state, n_arms=1) == [0]
+    resumed.restore(str(state))
+    assert resumed.resume(n_arms=1) == [0]
     for tid, cfg in hand_out(resumed, 3):
         finish(resumed, tid, {10: 1.0, 20: CONTROL[cfg["seed"]] + 2.0})
     trials = optuna.load_study(study_name="s", storage=storage).trials
@@ -228,7 +229,8 @@ def searched_arms(topk: SearchSpace, tmp_path: Path, kill_after: int | None) -> 
         if kill_after is not None and len(r.arms) - 1 == kill_after and not r._queue and not r.open_cells():
             r.searcher.suggest(f"arm{r._suggested:04d}")  # the ask is stored; the kill lands before the save
             r, kill_after = start(), None
-            assert r.resume(state, n_arms=6) == [len(r.arms) - 1]  # the asked trial, told FAIL
+            r.restore(str(state))
+            assert r.resume(n_arms=6) == [len(r.arms) - 1]  # the asked trial, told FAIL
         [(tid, cfg)] = hand_out(r, 1)
         if cfg == Searcher.FINISHED:
             return order, optuna.load_study(study_name="s", storage=storage).trials
@@ -266,7 +268,8 @@ def test_a_resume_after_a_tell_the_state_missed_does_not_tell_optuna_again(topk:
     told = optuna.load_study(study_name="s", storage=storage).trials
     assert [(t.state, t.value) for t in told] == [(optuna.trial.TrialState.COMPLETE, pytest.approx(3.0))]
     resumed = repeater(topk, n_arms=1, storage=optuna.storages.RDBStorage(storage))
-    assert resumed.resume(tmp_path / "before-the-tell.pkl", n_arms=1) == []
+    resumed.restore(str(tmp_path / "before-the-tell.pkl"))
+    assert resumed.resume(n_arms=1) == []
     [(tid, cfg)] = hand_out(resumed, 1)
     assert (cfg["arm"]["arm_id"], cfg["seed"]) == (handed[5][1]["arm"]["arm_id"], handed[5][1]["seed"])
     finish(resumed, tid, {10: CONTROL_10[cfg["seed"]] + 5.0, 20: CONTROL[cfg["seed"]] + 9.0})

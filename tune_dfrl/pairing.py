@@ -10,9 +10,9 @@ passed on here to every inner trial of the arm.
 
 With a `state_path`, the searcher's whole state (arms suggested, ledger, what Optuna was told, and
 the inner searcher with its study) is rewritten there atomically after every event, so a driver
-killed at any moment leaves a consistent state that `resume` continues from. Optuna's sqlite study
-is written first, so a kill in between leaves it one ask or one tell ahead of that state: `resume`
-catches up (a told trial counts as told; an asked trial whose arm was never recorded, hence never
+killed at any moment leaves a consistent state that `restore` loads and `resume` continues from.
+Optuna's sqlite study is written first, so a kill in between leaves it one ask or one tell ahead of
+that state: `resume` catches up (a told trial counts as told; an asked trial whose arm was never recorded, hence never
 trained, is told FAIL).
 
 With a `sequential` rule (seeds=auto) every arm and the control start on the rule's starting seeds;
@@ -168,22 +168,12 @@ class PairedRepeater(Searcher):
         self.searcher = saved["searcher"]
 
     def resume(
-        self,
-        checkpoint_path: str | Path,
-        n_arms: int,
-        run_again: Callable[[str, int, str], bool] = lambda arm_id, seed, end: False,
-    ) -> list[int]:
-        """Continue a saved search with up to `n_arms` searched arms: known arms keep their ids and outcomes,
-        Optuna its study; every cell that has not ended (finished, stopped or failed), and every ended cell
-        for which `run_again(arm_id, seed, end)` holds, is queued again. Returns the numbers of the Optuna
-        trials told FAIL because they were asked but never recorded (see the module docstring)."""
-        self.restore(str(checkpoint_path))
-        return self.carry_on(n_arms, run_again)
-
-    def carry_on(
         self, n_arms: int, run_again: Callable[[str, int, str], bool] = lambda arm_id, seed, end: False
     ) -> list[int]:
-        """`resume` after `restore`: what follows the loading of the saved state."""
+        """Continue a search whose saved state `restore` loaded, with up to `n_arms` searched arms: known arms keep
+        their ids and outcomes, Optuna its study; every cell that has not ended (finished, stopped or failed), and
+        every ended cell for which `run_again(arm_id, seed, end)` holds, is queued again. Returns the numbers of the
+        Optuna trials told FAIL because they were asked but never recorded (see the module docstring)."""
         never_trained = self._catch_up_with_study()
         self.n_arms = n_arms
         self._cells = {}

@@ -385,7 +385,7 @@ def _carry_over(plan: Plan, searcher: Any, scheduler: Any) -> None:
         return plan.retry_failed and (end == FAILED or unpaired_stop)
 
     if stored.exists():
-        for number in searcher.carry_on(plan.n_arms, run_again):
+        for number in searcher.resume(plan.n_arms, run_again):
             print(
                 f"note: Optuna trial {number} was asked just before the interrupt and never trained: told FAIL",
                 flush=True,
