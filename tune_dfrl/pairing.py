@@ -12,8 +12,8 @@ With a `state_path`, the searcher's whole state (arms suggested, ledger, what Op
 the inner searcher with its study) is rewritten there atomically after every event, so a driver
 killed at any moment leaves a consistent state that `restore` loads and `resume` continues from.
 Optuna's sqlite study is written first, so a kill in between leaves it one ask or one tell ahead of
-that state: `resume` catches up (a told trial counts as told; an asked trial whose arm was never recorded, hence never
-trained, is told FAIL).
+that state: `resume` catches up (a told trial counts as told; an asked trial whose arm was never
+recorded, hence never trained, is told FAIL).
 
 With a `sequential` rule (seeds=auto) every arm and the control start on the rule's starting seeds;
 when every cell handed out has ended and no arm is left to suggest, `tune_dfrl.seed_batches` takes
