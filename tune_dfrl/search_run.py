@@ -372,7 +372,8 @@ def _carry_over(plan: Plan, searcher: Any, scheduler: Any) -> None:
     from tune_dfrl.scheduler import PairedScheduler
 
     stored = state_dir(plan.out) / "searcher.pkl"
-    if stored.exists():
+    saved = stored.exists()  # not when the driver was killed before the searcher's first save
+    if saved:
         searcher.restore(str(stored))
     book = scheduler.book if isinstance(scheduler, PairedScheduler) else None
     if book is not None:
@@ -384,7 +385,7 @@ def _carry_over(plan: Plan, searcher: Any, scheduler: Any) -> None:
         unpaired_stop = end == STOPPED and book is not None and book.stopped(arm_id) is None
         return plan.retry_failed and (end == FAILED or unpaired_stop)
 
-    if stored.exists():
+    if saved:
         for number in searcher.resume(plan.n_arms, run_again):
             print(
                 f"note: Optuna trial {number} was asked just before the interrupt and never trained: told FAIL",
