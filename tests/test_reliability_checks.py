@@ -282,7 +282,7 @@ def test_the_control_cache_never_serves_results_of_other_training_code(tmp_path:
 
 
 def repeater(storage: str, state: Path) -> PairedRepeater:
-    """A searcher as run_search builds it: Optuna on sqlite, state saved after every event."""
+    """A searcher as run_search builds it: Optuna on sqlite, every event appended to its log `state`."""
     inner = OptunaSearch(
         space=SearchSpace.load("topk_keep", rollout_n=8).sampler(),
         metric=INNER_METRIC,
@@ -300,7 +300,7 @@ def repeater(storage: str, state: Path) -> PairedRepeater:
         n_arms=1,
         final_step=4,
         metric="score/db",
-        state_path=state,
+        log_path=state,
     )
 
 
@@ -312,7 +312,7 @@ def report(r: PairedRepeater, trial_id: str, scores: dict[int, float], complete:
 
 
 def test_a_resumed_searcher_hands_out_only_the_cells_that_had_not_ended(tmp_path: Path) -> None:
-    storage, state = f"sqlite:///{tmp_path / 'optuna.db'}", tmp_path / "searcher.pkl"
+    storage, state = f"sqlite:///{tmp_path / 'optuna.db'}", tmp_path / "searcher.jsonl"
     first = repeater(storage, state)
     handed = {
         (cfg["arm"]["arm_id"], cfg["seed"]): tid for tid, cfg in ((f"t{i}", first.suggest(f"t{i}")) for i in range(4))
@@ -321,10 +321,11 @@ def test_a_resumed_searcher_hands_out_only_the_cells_that_had_not_ended(tmp_path
     report(first, handed[(control, 0)], {2: 30.0, 4: 40.0}, complete=True)
     report(first, handed[(control, 1)], {2: 31.0}, complete=False)  # killed mid-trial
     report(first, handed[(arm, 0)], {2: 33.0, 4: 45.0}, complete=True)  # (arm, 1) never reported
-    del first  # the driver dies: only the state file and the Optuna study remain
+    del first  # the driver dies: only the searcher's log remains (the resume writes the study again from it)
 
+    (tmp_path / "optuna.db").unlink()
     resumed = repeater(storage, state)
-    resumed.restore(str(state))
+    resumed.replay()
     resumed.resume(n_arms=1)
     again = {
         (cfg["arm"]["arm_id"], cfg["seed"]): tid for tid, cfg in ((f"u{i}", resumed.suggest(f"u{i}")) for i in range(2))

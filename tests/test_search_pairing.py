@@ -1,9 +1,8 @@
-"""PairedRepeater driven by hand (no Ray cluster): order, pairing, what Optuna is told, save/restore."""
+"""PairedRepeater driven by hand (no Ray cluster): order, pairing, what Optuna is told, its event log and replay."""
 
 from __future__ import annotations
 
 import io
-import pickle
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,10 +13,10 @@ from ray.tune.experiment import Trial
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from tune_dfrl.pairing import INNER_METRIC, PairedRepeater
+from tune_dfrl.pairing import INNER_METRIC, PairedRepeater, ReplayError
 from tune_dfrl.progress import Progress
 from tune_dfrl.results import read_records
-from tune_dfrl.resume import RUNG_LOG, STATE_FORMAT, state_dir
+from tune_dfrl.resume import RUNG_LOG, SEARCHER_LOG, STATE_FORMAT, state_dir
 from tune_dfrl.rungs import ArmDecision, RungBook, RungRule
 from tune_dfrl.scheduler import PairedScheduler
 from tune_dfrl.search_run import _carry_over
@@ -33,7 +32,7 @@ def repeater(
     n_arms: int,
     storage: optuna.storages.BaseStorage,
     max_duplicates: int = 50,
-    state_path: Path | None = None,
+    log_path: Path | None = None,
     binary_rewards: bool = False,
     sampler: optuna.samplers.BaseSampler | None = None,
 ) -> PairedRepeater:
@@ -52,7 +51,7 @@ def repeater(
         final_step=20,
         metric="score/db",
         max_duplicates=max_duplicates,
-        state_path=state_path,
+        log_path=log_path,
     )
 
 
@@ -161,19 +160,32 @@ def test_a_suggestion_that_acts_as_the_control_is_passed_on_as_suggested_and_nev
     assert len(handed) == len(trained) * len(SEEDS) and r.control.arm_id in trained  # the control's cells once
 
 
-def test_state_survives_save_and_restore(topk: SearchSpace, tmp_path) -> None:
-    first = repeater(topk, n_arms=3, storage=optuna.storages.InMemoryStorage())
+def test_state_survives_a_replay_of_its_log(topk: SearchSpace, tmp_path) -> None:
+    first = repeater(topk, n_arms=3, storage=optuna.storages.InMemoryStorage(), log_path=tmp_path / SEARCHER_LOG)
     handed = hand_out(first, 6)
     for tid, cfg in handed[:3]:
         finish(first, tid, {10: CONTROL_10[cfg["seed"]], 20: CONTROL[cfg["seed"]]})
-    first.save(str(tmp_path / "searcher.pkl"))
-    restored = repeater(topk, n_arms=3, storage=optuna.storages.InMemoryStorage())
-    restored.restore(str(tmp_path / "searcher.pkl"))
+    replayed = repeater(topk, n_arms=3, storage=optuna.storages.InMemoryStorage(), log_path=tmp_path / SEARCHER_LOG)
+    replayed.replay()
+    assert replayed.ledger.ends(first.control.arm_id) == first.ledger.ends(first.control.arm_id)
     for tid, cfg in handed[3:6]:
-        for r in (first, restored):
+        for r in (first, replayed):
             finish(r, tid, {10: 1.0, 20: CONTROL[cfg["seed"]] + 1.0})
-    assert restored.told == first.told and list(restored.told.values()) == [("COMPLETE", pytest.approx(1.0))]
-    assert [cfg for _, cfg in hand_out(restored, 7)] == [cfg for _, cfg in hand_out(first, 7)]
+    assert replayed.told == first.told and list(replayed.told.values()) == [("COMPLETE", pytest.approx(1.0))]
+    assert [cfg for _, cfg in hand_out(replayed, 7)] == [cfg for _, cfg in hand_out(first, 7)]
+
+
+def test_a_log_that_hands_out_another_cell_is_refused_by_name(topk: SearchSpace, tmp_path) -> None:
+    log = tmp_path / SEARCHER_LOG
+    first = repeater(topk, n_arms=1, storage=optuna.storages.InMemoryStorage(), log_path=log)
+    hand_out(first, 4)  # the control's three cells and the arm's first
+    other = repeater(
+        topk, 1, optuna.storages.InMemoryStorage(), log_path=log, sampler=optuna.samplers.TPESampler(seed=1)
+    )
+    with pytest.raises(
+        ReplayError, match=rf"{log}: event 5 does not replay: the searcher hands out \['[0-9a-f]{{12}}', 3\]"
+    ):
+        other.replay()
 
 
 def test_a_stopped_arm_is_pruned_only_after_its_rung_delta_is_told(topk: SearchSpace) -> None:
@@ -194,46 +206,29 @@ def test_a_stopped_arm_is_pruned_only_after_its_rung_delta_is_told(topk: SearchS
     assert trial.state == optuna.trial.TrialState.PRUNED and trial.intermediate_values == {10: pytest.approx(-3.0)}
 
 
-def test_a_resume_fails_the_trial_optuna_asked_before_the_kill_could_record_it(topk: SearchSpace, tmp_path) -> None:
-    """Optuna's sqlite study is written before the searcher's state: a kill in between leaves an asked trial
-    that no saved arm belongs to. The resume tells it FAIL and asks anew; every other trial ends told."""
-    storage, state = f"sqlite:///{tmp_path / 'optuna.db'}", tmp_path / "searcher.pkl"
-    first = repeater(topk, n_arms=1, storage=optuna.storages.RDBStorage(storage), state_path=state)
-    for tid, cfg in hand_out(first, 3):
-        finish(first, tid, {10: CONTROL_10[cfg["seed"]], 20: CONTROL[cfg["seed"]]})
-    first.searcher.suggest("arm0000")  # the ask is stored; the kill lands before the state is saved
-    resumed = repeater(topk, n_arms=1, storage=optuna.storages.RDBStorage(storage))
-    resumed.restore(str(state))
-    assert resumed.resume(n_arms=1) == [0]
-    for tid, cfg in hand_out(resumed, 3):
-        finish(resumed, tid, {10: 1.0, 20: CONTROL[cfg["seed"]] + 2.0})
-    trials = optuna.load_study(study_name="s", storage=storage).trials
-    assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE]
-    assert trials[1].value == pytest.approx(2.0) and resumed.suggest("t9") == Searcher.FINISHED
-
-
 def searched_arms(topk: SearchSpace, tmp_path: Path, kill_after: int | None) -> tuple[list[str], list]:
     """Arm ids in the order a 6-arm search hands them out (the search's kind of sampler: multivariate, grouped TPE,
     here after 2 random arms; each arm's score a function of its id), its cells ending one at a time; with `kill_after`, the driver is
-    killed once that many arms have ended, between Optuna's ask of the next arm and the state's save, and resumed.
-    Returns the arms and the study's trials."""
+    killed once that many arms have ended, between Optuna's ask of the next arm and its log line, and resumed as
+    the driver does (the study deleted, the log replayed). Returns the arms and the study's trials."""
     tmp_path.mkdir()
-    storage, state = f"sqlite:///{tmp_path / 'optuna.db'}", tmp_path / "searcher.pkl"
+    db, log = tmp_path / "optuna.db", tmp_path / SEARCHER_LOG
 
     def start() -> PairedRepeater:
         sampler = optuna.samplers.TPESampler(seed=5, n_startup_trials=2, multivariate=True, group=True)
-        return repeater(topk, 6, optuna.storages.RDBStorage(storage), state_path=state, sampler=sampler)
+        return repeater(topk, 6, optuna.storages.RDBStorage(f"sqlite:///{db}"), log_path=log, sampler=sampler)
 
     r, order = start(), []
     while True:
         if kill_after is not None and len(r.arms) - 1 == kill_after and not r._queue and not r.open_cells():
-            r.searcher.suggest(f"arm{r._suggested:04d}")  # the ask is stored; the kill lands before the save
+            r.optuna.suggest(f"arm{r._suggested:04d}")  # the ask is stored; the kill lands before the log line
+            db.unlink()
             r, kill_after = start(), None
-            r.restore(str(state))
-            assert r.resume(n_arms=6) == [len(r.arms) - 1]  # the asked trial, told FAIL
+            r.replay()
+            r.resume(n_arms=6)
         [(tid, cfg)] = hand_out(r, 1)
         if cfg == Searcher.FINISHED:
-            return order, optuna.load_study(study_name="s", storage=storage).trials
+            return order, optuna.load_study(study_name="s", storage=f"sqlite:///{db}").trials
         arm = cfg["arm"]["arm_id"]
         order += [arm] if arm not in order else []
         up = 0.0 if arm == r.control.arm_id else int(arm[:4], 16) % 7 / 2  # the arm's paired gain
@@ -241,76 +236,51 @@ def searched_arms(topk: SearchSpace, tmp_path: Path, kill_after: int | None) -> 
 
 
 @pytest.mark.parametrize("kill_after", [1, 4])
-def test_a_kill_between_ask_and_save_changes_no_arm_the_search_suggests(
+def test_a_search_killed_between_an_ask_and_its_log_line_resumes_into_the_uninterrupted_search(
     topk: SearchSpace, tmp_path, kill_after
 ) -> None:
-    """The asked trial is told FAIL and the resumed searcher asks again from the sampler state saved before the kill
-    (its random state included); a FAIL trial is not among TPE's observations, so the same parameters come back and
-    every later arm is the uninterrupted search's, in the random phase (1) and under TPE (4)."""
-    uninterrupted, _ = searched_arms(topk, tmp_path / "a", None)
-    killed, trials = searched_arms(topk, tmp_path / "b", kill_after)
+    """The replay rebuilds the study and the sampler from the log (the lost ask is not in it), so the resumed search
+    asks the same arms, in the random phase (1) and under TPE (4), and its study is the uninterrupted one's."""
+    uninterrupted, trials = searched_arms(topk, tmp_path / "a", None)
+    killed, again = searched_arms(topk, tmp_path / "b", kill_after)
     assert killed == uninterrupted and len(set(uninterrupted)) == 7
-    failed = trials[kill_after]
-    assert failed.state == optuna.trial.TrialState.FAIL and failed.params == trials[kill_after + 1].params
+    shown = [(t.number, t.state, t.params, t.value, t.intermediate_values) for t in trials]
+    assert [(t.number, t.state, t.params, t.value, t.intermediate_values) for t in again] == shown
 
 
-def test_a_resume_after_a_tell_the_state_missed_does_not_tell_optuna_again(topk: SearchSpace, tmp_path) -> None:
-    """Killed after Optuna stored an arm's outcome but before the state was saved: the arm's last cell runs
-    again on resume, and Optuna keeps the outcome it was told (no report to a finished trial)."""
-    storage, state = f"sqlite:///{tmp_path / 'optuna.db'}", tmp_path / "searcher.pkl"
-    first = repeater(topk, n_arms=1, storage=optuna.storages.RDBStorage(storage), state_path=state)
+def test_a_result_lost_before_its_log_line_is_trained_again_and_told_once(topk: SearchSpace, tmp_path) -> None:
+    """Killed after the arm's last cell ended but before its log line: the resume rebuilds the study without that
+    end (Optuna's trial open again), the cell runs again, and Optuna is told the outcome the ledger holds, once."""
+    log = tmp_path / SEARCHER_LOG
+    first = repeater(topk, n_arms=1, storage=optuna.storages.InMemoryStorage(), log_path=log)
     handed = hand_out(first, 6)
     for tid, cfg in handed[:5]:
         up = 0.0 if cfg["arm"]["arm_id"] == first.control.arm_id else 1.0  # the arm: +1 at step 10, +3 at 20
         finish(first, tid, {10: CONTROL_10[cfg["seed"]] + up, 20: CONTROL[cfg["seed"]] + 3 * up})
-    shutil.copy(state, tmp_path / "before-the-tell.pkl")
+    shutil.copy(log, tmp_path / "before-the-end.jsonl")
     finish(first, "t5", {10: CONTROL_10[handed[5][1]["seed"]] + 1.0, 20: CONTROL[handed[5][1]["seed"]] + 3.0})
-    told = optuna.load_study(study_name="s", storage=storage).trials
-    assert [(t.state, t.value) for t in told] == [(optuna.trial.TrialState.COMPLETE, pytest.approx(3.0))]
-    resumed = repeater(topk, n_arms=1, storage=optuna.storages.RDBStorage(storage))
-    resumed.restore(str(tmp_path / "before-the-tell.pkl"))
-    assert resumed.resume(n_arms=1) == []
+    assert first.told == {handed[3][1]["arm"]["arm_id"]: ("COMPLETE", pytest.approx(3.0))}
+    shutil.copy(tmp_path / "before-the-end.jsonl", log)
+    storage = optuna.storages.InMemoryStorage()
+    resumed = repeater(topk, n_arms=1, storage=storage, log_path=log)
+    resumed.replay()
+    assert resumed.told == {} and optuna.load_study(study_name="s", storage=storage).trials[0].state.name == "RUNNING"
+    resumed.resume(n_arms=1)
     [(tid, cfg)] = hand_out(resumed, 1)
     assert (cfg["arm"]["arm_id"], cfg["seed"]) == (handed[5][1]["arm"]["arm_id"], handed[5][1]["seed"])
     finish(resumed, tid, {10: CONTROL_10[cfg["seed"]] + 5.0, 20: CONTROL[cfg["seed"]] + 9.0})
-    after = optuna.load_study(study_name="s", storage=storage).trials
-    assert [(t.state, t.value, t.intermediate_values) for t in after] == [
-        (t.state, t.value, t.intermediate_values) for t in told
-    ]
+    [trial] = optuna.load_study(study_name="s", storage=storage).trials
+    assert (trial.state.name, trial.value) == ("COMPLETE", pytest.approx((3 + 3 + 9) / 3))
+    assert trial.intermediate_values == {10: pytest.approx((1 + 1 + 5) / 3)}  # the rung's, told once
     assert resumed.suggest("t1") == Searcher.FINISHED
 
 
-def persisted_shape(value: object, found: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
-    """`module.Class` -> its attribute names, for every tune_dfrl object reachable from `value` (through containers
-    and tune_dfrl objects' attributes): the shape a pickle of `value` depends on."""
-    found = {} if found is None else found
-    cls = type(value)
-    name = f"{cls.__module__}.{cls.__qualname__}"
-    if cls.__module__.startswith("tune_dfrl") and name not in found:
-        attributes = vars(value)
-        found[name] = sorted(attributes)
-        for item in attributes.values():
-            persisted_shape(item, found)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            persisted_shape(key, found)
-            persisted_shape(item, found)
-    elif isinstance(value, (list, tuple, set, frozenset)):
-        for item in value:
-            persisted_shape(item, found)
-    return found
-
-
-STATE_SHAPES = {  # the persisted shape of each state format (tune_dfrl.resume.STATE_FORMAT)
-    2: {
-        "searcher.pkl": [
-            "_cells", "_exhausted", "_metric", "_mode", "_optuna_ids", "_queue", "_suggested", "_told_inner", "arms",
-            "batches", "control", "feedback", "ledger", "max_duplicates", "n_arms", "seeds",
+STATE_SHAPES = {  # the persisted shape of each state format (tune_dfrl.resume.STATE_FORMAT): each event's sorted keys
+    3: {
+        "searcher.jsonl": [
+            ["cell", "event", "trial"], ["error", "event", "last", "trial"], ["event", "n_arms"],
+            ["event", "n_arms", "reopen"], ["event", "step", "trial", "value"], ["event", "trial"],
         ],
-        "tune_dfrl.backend.ArmSpec": ["arm_id", "label", "method", "params"],
-        "tune_dfrl.feedback.OptunaFeedback": ["final_step", "intermediate", "ledger", "outcome", "searched", "seeds"],
-        "tune_dfrl.feedback.Told": ["arm", "state", "step", "value"],
-        "tune_dfrl.ledger.PairedLedger": ["_ends", "_scores", "control"],
         "rungs.jsonl": [["arm", "event", "score", "seed", "step"], ["arm", "event", "seed"], ["event"]],
     },
 }  # fmt: skip
@@ -322,32 +292,31 @@ def cell_trial(arm: str, seed: int) -> Trial:
 
 
 def test_the_persisted_state_has_the_shape_of_its_format_version(topk: SearchSpace, tmp_path) -> None:
-    """What OUT/state/searcher.pkl pickles (its keys, and the attributes of every tune_dfrl object in it) and the
-    keys of each kind of event in OUT/state/rungs.jsonl are the shape recorded for STATE_FORMAT: a change of shape must
-    raise STATE_FORMAT (and record the new shape here), so that a folder of the old shape is refused with a message
-    instead of failing inside a pickle or a replay. (The seeds=auto batches are None here; their class is pinned by the
-    searcher's `batches` key only.)"""
-    searcher = repeater(topk, n_arms=3, storage=optuna.storages.InMemoryStorage())
+    """The keys of each kind of event in OUT/state/searcher.jsonl and OUT/state/rungs.jsonl are the shape recorded
+    for STATE_FORMAT: a change of shape must raise STATE_FORMAT (and record the new shape here), so that a folder of
+    the old shape is refused with a message instead of failing inside a replay."""
+    searcher = repeater(topk, n_arms=3, storage=optuna.storages.InMemoryStorage(), log_path=tmp_path / SEARCHER_LOG)
     handed = hand_out(searcher, 6)  # the control's three cells, then an arm's
     for tid, cfg in handed[:3]:
         finish(searcher, tid, {10: CONTROL_10[cfg["seed"]], 20: CONTROL[cfg["seed"]]})
-    for tid, cfg in handed[3:]:
+    searcher.retry(handed[3][0])  # handed out again, as a new trial
+    for tid, cfg in [("t6", searcher.suggest("t6")), *handed[4:]]:
         finish(searcher, tid, {10: 1.0, 20: CONTROL[cfg["seed"]] + 1.0})
-    searcher.save(str(tmp_path / "searcher.pkl"))
+    searcher.resume(n_arms=3)
     book = RungBook(RungRule(mode="race", confidence=0.8), rungs=[10, 20], control="C", seeds=(0, 1))
-    scheduler = PairedScheduler(book, "score/db", log_path=tmp_path / "rungs.jsonl")
+    scheduler = PairedScheduler(book, "score/db", log_path=tmp_path / RUNG_LOG)
     for arm, seed, score in (("C", 0, 1.0), ("A", 0, 2.0), ("C", 1, 1.0), ("A", 1, 3.0)):
         scheduler.on_trial_result(None, cell_trial(arm, seed), {"step": 10, "score/db": score})
     scheduler.leave_out(cell_trial("A", 1))
     scheduler.retry_failed()
 
-    with (tmp_path / "searcher.pkl").open("rb") as f:
-        state = pickle.load(f)["state"]
-    events = {tuple(sorted(event)) for event in read_records(tmp_path / "rungs.jsonl")}
-    shape = {"searcher.pkl": sorted(state), "rungs.jsonl": sorted(list(keys) for keys in events)}
-    persisted_shape(state, shape)
-    assert book.decisions and searcher.told  # the objects a search persists are all there
-    assert shape == STATE_SHAPES[STATE_FORMAT], "the persisted state changed shape: raise tune_dfrl.resume.STATE_FORMAT"
+    shape = {
+        log: sorted({tuple(sorted(event)) for event in read_records(tmp_path / log)})
+        for log in (SEARCHER_LOG, RUNG_LOG)
+    }
+    assert book.decisions and searcher.told  # every kind of event a search persists is there
+    expected = {log: sorted(tuple(keys) for keys in kinds) for log, kinds in STATE_SHAPES[STATE_FORMAT].items()}
+    assert shape == expected, "the persisted state changed shape: raise tune_dfrl.resume.STATE_FORMAT"
 
 
 def test_a_resume_whose_retry_stops_an_arm_at_once_names_the_arm_by_its_label(topk: SearchSpace, tmp_path) -> None:
@@ -356,9 +325,7 @@ def test_a_resume_whose_retry_stops_an_arm_at_once_names_the_arm_by_its_label(to
     driver restores the searcher before the book's replay, so the progress line names the arm by its label."""
     out = tmp_path / "out"
     state_dir(out).mkdir(parents=True)
-    first = repeater(
-        topk, n_arms=1, storage=optuna.storages.InMemoryStorage(), state_path=state_dir(out) / "searcher.pkl"
-    )
+    first = repeater(topk, n_arms=1, storage=optuna.storages.InMemoryStorage(), log_path=state_dir(out) / SEARCHER_LOG)
     handed = hand_out(first, 6)  # the control's three cells, then the arm's
     arm = first.arms[handed[3][1]["arm"]["arm_id"]]
     book = RungBook(RungRule(mode="race", confidence=0.8), rungs=[10], control=first.control.arm_id, seeds=SEEDS)
@@ -372,7 +339,9 @@ def test_a_resume_whose_retry_stops_an_arm_at_once_names_the_arm_by_its_label(to
         )
     assert book.stopped(arm.arm_id).seeds == ()  # no seed to pair
 
-    resumed = repeater(topk, n_arms=1, storage=optuna.storages.InMemoryStorage())
+    resumed = repeater(
+        topk, n_arms=1, storage=optuna.storages.InMemoryStorage(), log_path=state_dir(out) / SEARCHER_LOG
+    )
     again, decided, lines = RungBook(book.rule, book.rungs, book.control, SEEDS), [], io.StringIO()
     progress = Progress(resumed, again, "score/db", total_cells=6, last_step=20, stream=lines)
 

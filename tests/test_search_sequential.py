@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import signal
 import subprocess
 import sys
@@ -158,8 +157,7 @@ def resumed(embedded_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> t
         stop(driver, marker=str(ray_tmp), sig=signal.SIGKILL)
     assert driver.returncode == -signal.SIGKILL, (root / "interrupted.log").read_text()[-3000:]
     lines = records(out / "results.jsonl")
-    with open(out / "state" / "searcher.pkl", "rb") as f:
-        looks = len(pickle.load(f)["state"]["batches"].looks)
+    looks = len(json.loads((out / "sequential.json").read_text())["looks"])  # written after the look's log line
     before = {
         "lines": lines,
         "finished": {(r["arm_id"], r["seed"]) for r in lines if r["final"]},

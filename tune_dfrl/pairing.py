@@ -8,13 +8,12 @@ Scores and cell ends go to one `PairedLedger`; what Optuna is told (intermediate
 deltas, then COMPLETE / PRUNED / FAIL) is decided by `tune_dfrl.feedback.OptunaFeedback`, and
 passed on here to every inner trial of the arm.
 
-With a `state_path`, the searcher's whole state (arms suggested, ledger, what Optuna was told, and
-the inner searcher with its study) is rewritten there atomically after every event, so a driver
-killed at any moment leaves a consistent state that `restore` loads and `resume` continues from.
-Optuna's sqlite study is written first, so a kill in between leaves it one ask or one tell ahead of
-that state: `resume` catches up (a told trial counts as told; an asked trial whose arm was never
-recorded, hence never trained, is told FAIL).
-
+With a `log_path`, every call that changes the searcher (a cell handed out, a suggestion asked of
+Optuna, a look; a result, a trial's end, a retry, a resume) is appended there as one JSON event before
+the call returns (`SearcherLog`); `replay` applies the events again, in order, to a searcher built
+afresh on an empty study, so a driver killed at any moment leaves a state that the next one rebuilds
+exactly. Optuna's study (TPE, seeded) is a view of that log: replaying the same asks and tells in
+the same order gives the same trials and the same sampler state, hence the same next suggestion.
 With a `sequential` rule (seeds=auto) every arm and the control start on the rule's starting seeds;
 when every cell handed out has ended and no arm is left to suggest, `tune_dfrl.seed_batches` takes
 a look and the open arms and the control get the next batch of seeds (`on_look` receives the
@@ -25,20 +24,18 @@ tell it again. No arm is suggested after the first look (a resume may not add ar
 from __future__ import annotations
 
 import logging
-import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import optuna
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from tune_dfrl.backend import ArmSpec
 from tune_dfrl.feedback import FAIL, INTERMEDIATE, OptunaFeedback, Told
 from tune_dfrl.ledger import FAILED, PairedLedger
-from tune_dfrl.resume import save_atomically
+from tune_dfrl.results import append_record, read_records
 from tune_dfrl.seed_batches import SeedBatches
 from tune_dfrl.sequential import SequentialRule
 from tune_dfrl.spaces import arm_label
@@ -46,6 +43,11 @@ from tune_dfrl.spaces import arm_label
 log = logging.getLogger(__name__)
 
 INNER_METRIC = "paired_delta"
+START, SUGGEST, RESULT, COMPLETE, RETRY, RESUME = "start", "suggest", "result", "complete", "retry", "resume"
+
+
+class ReplayError(ValueError):
+    """The searcher's event log does not replay: the searcher built now hands out another cell than the log says."""
 
 
 def arm_config(arm: ArmSpec, seed: int) -> dict[str, Any]:
@@ -71,18 +73,20 @@ class PairedRepeater(Searcher):
         final_step: int,
         metric: str,
         max_duplicates: int = 50,
-        state_path: Path | None = None,
+        log_path: Path | None = None,
         sequential: SequentialRule | None = None,
         on_look: Callable[[dict[str, Any]], None] | None = None,
         while_waiting: Callable[[], None] | None = None,
         on_control_equivalent: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         super().__init__(metric=metric, mode="max")
-        self.state_path = state_path
+        self.log_path = log_path
         self.on_look = on_look
         self.on_control_equivalent = on_control_equivalent
         self.while_waiting = while_waiting  # runs whenever suggest has nothing to give (Tune may be waiting on it)
-        self.searcher = searcher
+        self.optuna = (
+            searcher  # not `searcher`: Ray Tune would take this class for a wrapper and snapshot the inner one
+        )
         self._make_arm = make_arm
         self.control = control
         self.seeds = tuple(int(s) for s in seeds)
@@ -115,79 +119,62 @@ class PairedRepeater(Searcher):
         FINISHED waits until every handed-out cell ended: Ray Tune keeps (and reuses) idle trial
         actors only while the search is unfinished, and paused trials resume on them.
         """
-        if not self._queue and not self._enqueue_next_arm():
-            if self.open_cells():
-                if self.while_waiting is not None:
-                    self.while_waiting()
-                return None
-            if not self._next_batch():
-                return Searcher.FINISHED
-        config = self._queue.pop(0)
-        self._cells[trial_id] = (config["arm"]["arm_id"], config["seed"])
-        self._persist()
+        before = self._position()
+        config = self._hand_out(trial_id)
+        if isinstance(config, dict) or self._position() != before:
+            self._record({"event": SUGGEST, "trial": trial_id, "cell": _cell(config)})
+            if self.on_look is not None and self._position()[-1] != before[-1]:
+                self.on_look({**self.batches.history(), "labels": {a: arm.label for a, arm in self.arms.items()}})
+        if config is None and self.while_waiting is not None:
+            self.while_waiting()
         return config
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        arm_id, seed = self._cells[trial_id]
-        self._tell(self.feedback.result(arm_id, seed, int(result["step"]), float(result[self._metric])))
-        self._persist()
+        self._take(
+            {"event": RESULT, "trial": trial_id, "step": int(result["step"]), "value": float(result[self._metric])}
+        )
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        arm_id, seed = self._cells[trial_id]
         # a result that made the scheduler stop the trial arrives here only
         last = (
-            (int(result["step"]), float(result[self._metric]))
+            [int(result["step"]), float(result[self._metric])]
             if result and "step" in result and self._metric in result
             else None
         )
-        self._tell(self.feedback.end(arm_id, seed, error, last))
-        self._persist()
+        self._take({"event": COMPLETE, "trial": trial_id, "error": bool(error), "last": last})
 
     def retry(self, trial_id: str) -> None:
         """The trial ended without a result reaching the search (`tune_dfrl.trial_watch`): its cell is handed out
         again first, as a new trial."""
-        arm_id, seed = self._cells.pop(trial_id)
-        self._queue.insert(0, arm_config(self.arms[arm_id], seed))
-        self._persist()
+        self._take({"event": RETRY, "trial": trial_id})
 
-    def get_state(self) -> dict[str, Any]:
-        skip = ("searcher", "_make_arm", "state_path", "on_look", "while_waiting", "on_control_equivalent")
-        return {k: v for k, v in self.__dict__.items() if k not in skip}
+    def save_to_dir(self, checkpoint_dir: str, session_str: str = "default") -> None:
+        """Nothing: the searcher's state is its event log (`log_path`), not Tune's experiment snapshot."""
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+    def replay(self) -> None:
+        """Rebuild the state of a search from the events of `log_path`, applied in order to this searcher (built as
+        the search built it, its Optuna study empty); the driver's callbacks are not called. ReplayError when a
+        handed-out cell differs from the logged one (the log belongs to another space, sampler or version)."""
+        callbacks = self.on_look, self.on_control_equivalent
+        self.on_look = self.on_control_equivalent = None
+        try:
+            for number, event in enumerate(read_records(self.log_path), 1):
+                if event["event"] != SUGGEST:
+                    self._apply(event)
+                elif (got := _cell(self._hand_out(event["trial"]))) != event["cell"]:
+                    raise ReplayError(
+                        f"{self.log_path}: event {number} does not replay: the searcher hands out {got!r} where the "
+                        f"log has {event['cell']!r}; start the search again in another out=DIR"
+                    )
+        finally:
+            self.on_look, self.on_control_equivalent = callbacks
 
-    def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump({"state": self.get_state(), "searcher": self.searcher}, f)
-
-    def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as f:
-            saved = pickle.load(f)
-        self.set_state(saved["state"])
-        self.searcher = saved["searcher"]
-
-    def resume(
-        self, n_arms: int, run_again: Callable[[str, int, str], bool] = lambda arm_id, seed, end: False
-    ) -> list[int]:
-        """Continue a search whose saved state `restore` loaded, with up to `n_arms` searched arms: known arms keep
-        their ids and outcomes, Optuna its study; every cell that has not ended (finished, stopped or failed), and
-        every ended cell for which `run_again(arm_id, seed, end)` holds, is queued again. Returns the numbers of the
-        Optuna trials told FAIL because they were asked but never recorded (see the module docstring)."""
-        never_trained = self._catch_up_with_study()
-        self.n_arms = n_arms
-        self._cells = {}
-        for arm_id in self.arms:
-            for seed, end in self.ledger.ends(arm_id).items():
-                if run_again(arm_id, seed, end):
-                    self.ledger.reopen(arm_id, seed)
-        self._queue = [
-            arm_config(arm, seed)
-            for arm_id, arm in self.arms.items()
-            for seed in self.seeds_of(arm_id)
-            if seed not in self.ledger.ends(arm_id)
-        ]
-        return never_trained
+    def resume(self, n_arms: int, run_again: Callable[[str, int, str], bool] = lambda arm_id, seed, end: False) -> None:
+        """Continue a search that `replay` rebuilt, with up to `n_arms` searched arms: known arms keep their ids
+        and outcomes, Optuna its study; every cell that has not ended (finished, stopped or failed), and every ended
+        cell for which `run_again(arm_id, seed, end)` holds, is queued again."""
+        again = [[a, s] for a in self.arms for s, end in self.ledger.ends(a).items() if run_again(a, s, end)]
+        self._take({"event": RESUME, "n_arms": n_arms, "reopen": again})
 
     # -- what the driver and tests read ---------------------------------------------------------
 
@@ -211,28 +198,60 @@ class PairedRepeater(Searcher):
 
     # -- internals --------------------------------------------------------------------------
 
-    def _persist(self) -> None:
-        if self.state_path is not None:
-            save_atomically(self.state_path, self.save)
+    def _position(self) -> tuple[int, int, int, bool, int]:
+        """What a call to `suggest` can change besides the cell it hands out (recorded when it changes)."""
+        looks = len(self.batches.looks) if self.batches is not None else 0
+        return self._suggested, len(self.arms), len(self._queue), self._exhausted, looks
 
-    def _catch_up_with_study(self) -> list[int]:
-        """Align the restored state with the stored study (Ray's `OptunaSearch` keeps its trials privately:
-        `_ot_study`, `_ot_trials` inner id -> Optuna trial, `_completed_trials`)."""
-        study, asked = self.searcher._ot_study, self.searcher._ot_trials
-        stored = {t.number: t for t in study.get_trials(deepcopy=False)}
-        for inner_id, trial in asked.items():
-            if stored[trial.number].state.is_finished() and inner_id not in self._told_inner:
-                self._told_inner.add(inner_id)
-                self.searcher._completed_trials.add(inner_id)
-        recorded = {trial.number for trial in asked.values()}
-        never_trained = [
-            number
-            for number, trial in stored.items()
-            if number not in recorded and trial.state == optuna.trial.TrialState.RUNNING
-        ]
-        for number in never_trained:
-            study.tell(number, state=optuna.trial.TrialState.FAIL)
-        return never_trained
+    def _hand_out(self, trial_id: str) -> dict[str, Any] | str | None:
+        if not self._queue and not self._enqueue_next_arm():
+            if self.open_cells():
+                return None
+            if not self._next_batch():
+                return Searcher.FINISHED
+        config = self._queue.pop(0)
+        self._cells[trial_id] = (config["arm"]["arm_id"], config["seed"])
+        return config
+
+    def _take(self, event: dict[str, Any]) -> None:
+        self._record(event)
+        self._apply(event)
+
+    def _record(self, event: dict[str, Any]) -> None:
+        """Append `event` to the log; a new log starts with the searched arms asked for (a resume may change it)."""
+        if self.log_path is None:
+            return
+        if not self.log_path.exists():
+            append_record(self.log_path, {"event": START, "n_arms": self.n_arms})
+        append_record(self.log_path, event)
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        """Every event but SUGGEST (which `_hand_out` applies)."""
+        kind = event["event"]
+        if kind == START:
+            self.n_arms = event["n_arms"]
+        elif kind == RESULT:
+            arm_id, seed = self._cells[event["trial"]]
+            self._tell(self.feedback.result(arm_id, seed, event["step"], event["value"]))
+        elif kind == COMPLETE:
+            arm_id, seed = self._cells[event["trial"]]
+            last = tuple(event["last"]) if event["last"] is not None else None
+            self._tell(self.feedback.end(arm_id, seed, event["error"], last))
+        elif kind == RETRY:
+            arm_id, seed = self._cells.pop(event["trial"])
+            self._queue.insert(0, arm_config(self.arms[arm_id], seed))
+        elif kind == RESUME:
+            self.n_arms, self._cells = event["n_arms"], {}
+            for arm_id, seed in event["reopen"]:
+                self.ledger.reopen(arm_id, seed)
+            self._queue = [
+                arm_config(arm, seed)
+                for arm_id, arm in self.arms.items()
+                for seed in self.seeds_of(arm_id)
+                if seed not in self.ledger.ends(arm_id)
+            ]
+        else:
+            raise ValueError(f"{self.log_path}: unknown searcher event {kind!r}")
 
     def _enqueue_next_arm(self) -> bool:
         """Queue the next distinct arm's seeds (the control first); False when the search is over."""
@@ -243,7 +262,7 @@ class PairedRepeater(Searcher):
         for _ in range(self.max_duplicates):
             inner_id = f"arm{self._suggested:04d}"
             self._suggested += 1
-            suggestion = self.searcher.suggest(inner_id)
+            suggestion = self.optuna.suggest(inner_id)
             arm = self._make_arm(suggestion)
             if arm.arm_id not in self.arms:
                 return self._enqueue(arm, inner_id)
@@ -264,7 +283,7 @@ class PairedRepeater(Searcher):
             for step, value in self.feedback.intermediate.get(
                 arm.arm_id, {}
             ).items():  # what the first one was told so far
-                self.searcher.on_trial_result(inner_id, {INNER_METRIC: value, "training_iteration": step})
+                self.optuna.on_trial_result(inner_id, {INNER_METRIC: value, "training_iteration": step})
             self._tell(self.feedback.settle(arm.arm_id))
             if (outcome := self.feedback.outcome.get(arm.arm_id)) is not None:
                 self._tell([outcome])
@@ -302,9 +321,6 @@ class PairedRepeater(Searcher):
             for arm_id in [self.control.arm_id, *open_arms]
             for seed in look.next_seeds
         ]
-        self._persist()
-        if self.on_look is not None:
-            self.on_look({**self.batches.history(), "labels": {arm_id: arm.label for arm_id, arm in self.arms.items()}})
         return bool(self._queue)
 
     def _tell(self, told: list[Told]) -> None:
@@ -312,10 +328,13 @@ class PairedRepeater(Searcher):
         for event in told:
             for inner_id in self._optuna_ids.get(event.arm, []):
                 if event.state == INTERMEDIATE:
-                    self.searcher.on_trial_result(
-                        inner_id, {INNER_METRIC: event.value, "training_iteration": event.step}
-                    )
+                    self.optuna.on_trial_result(inner_id, {INNER_METRIC: event.value, "training_iteration": event.step})
                 elif inner_id not in self._told_inner:
                     self._told_inner.add(inner_id)
                     result = None if event.value is None else {INNER_METRIC: event.value}
-                    self.searcher.on_trial_complete(inner_id, result=result, error=event.state == FAIL)
+                    self.optuna.on_trial_complete(inner_id, result=result, error=event.state == FAIL)
+
+
+def _cell(config: dict[str, Any] | str | None) -> list[Any] | str | None:
+    """How the log names what `suggest` returned: [arm id, seed], FINISHED or None."""
+    return [config["arm"]["arm_id"], config["seed"]] if isinstance(config, dict) else config

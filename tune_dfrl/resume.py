@@ -4,7 +4,8 @@
     OUT/results.jsonl          every milestone the driver received (`tune_dfrl.results`)
     OUT/failures.jsonl         cells that failed after their last retry
     OUT/cells/<arm>/seed<k>/   each cell's checkpoint and milestone log (`tune_dfrl.trial`)
-    OUT/state/searcher.pkl     the PairedRepeater (arms suggested, cell outcomes, Optuna's state)
+    OUT/state/searcher.jsonl   the PairedRepeater's events (cells handed out, results, ends, retries, resumes), replayed
+                               on resume; OUT/optuna.db is written again by that replay
     OUT/state/rungs.jsonl      the paired scheduler's events (scores, final failures, retries), replayed on resume
     OUT/state/attempts.jsonl   one line per driver run
     OUT/search.lock            held (fcntl.flock) by the one driver that runs the search; names it
@@ -35,12 +36,13 @@ from tune_dfrl.results import append_record
 
 MAX_LISTED = 5
 LOCK = "search.lock"
-STATE_FORMAT = 2
-"""The shape of what `resume=true` reads back (the files above, the pickled searcher), written to OUT/search.json as
-`state_format` (absent in folders written before the field: format 1; format 2 replaced the pickled scheduler by its
-event log). Raised whenever a persisted file or class changes shape (tests/test_search_pairing.py pins the shape of
-the current version); a folder of another format is refused before anything is read (`check_state_format`)."""
+STATE_FORMAT = 3
+"""The shape of what `resume=true` reads back (the files above), written to OUT/search.json as `state_format` (absent
+in folders written before the field: format 1; format 2 replaced the pickled scheduler by its event log, format 3 the
+pickled searcher). Raised whenever a persisted file or event changes shape (tests/test_search_pairing.py pins the
+shape of the current version); a folder of another format is refused before anything is read (`check_state_format`)."""
 RUNG_LOG = "rungs.jsonl"  # in OUT/state: the paired scheduler's events (`tune_dfrl.scheduler.PairedScheduler`)
+SEARCHER_LOG = "searcher.jsonl"  # in OUT/state: the searcher's events (`tune_dfrl.pairing.PairedRepeater`)
 
 
 class FolderInUse(ValueError):

@@ -37,7 +37,7 @@ from tune_dfrl.cluster_watch import ClusterWatch
 from tune_dfrl.control_cache import ControlCache
 from tune_dfrl.guarded import Guarded
 from tune_dfrl.results import read_records, repair_log, write_records
-from tune_dfrl.resume import RUNG_LOG, attempts_log, hold_folder, start_attempt, state_dir
+from tune_dfrl.resume import RUNG_LOG, SEARCHER_LOG, attempts_log, hold_folder, start_attempt, state_dir
 from tune_dfrl.search_plan import OPTUNA_DB, Plan, SearchError, check_out, save_plan
 from tune_dfrl.seed_batches import HISTORY_FILE
 from tune_dfrl.trial import MILESTONES, cell_dir
@@ -165,7 +165,14 @@ def train(plan: Plan) -> Trained:
     with backend_errors(plan.backend_name, "size a trial"):
         resources = plan.backend.resources()
     out = plan.out
-    for log in (out / "results.jsonl", out / "failures.jsonl", attempts_log(out), state_dir(out) / RUNG_LOG):
+    state = state_dir(out)
+    for log in (
+        out / "results.jsonl",
+        out / "failures.jsonl",
+        attempts_log(out),
+        state / RUNG_LOG,
+        state / SEARCHER_LOG,
+    ):
         if (note := repair_log(log)) is not None:
             print(f"note: {note}", flush=True)
     save_plan(plan)
@@ -219,6 +226,8 @@ def train(plan: Plan) -> Trained:
     sampler = optuna.samplers.TPESampler(
         seed=plan.searcher.seed, n_startup_trials=plan.searcher.n_startup_trials, multivariate=True, group=True
     )
+    if plan.resume:  # the study is a view of the searcher's event log: the replay below writes it again
+        (out / OPTUNA_DB).unlink(missing_ok=True)
     storage = optuna.storages.RDBStorage(f"sqlite:///{out / OPTUNA_DB}")
     inner = OptunaSearch(
         space=plan.space.sampler(),
@@ -228,7 +237,6 @@ def train(plan: Plan) -> Trained:
         storage=storage,
         study_name=OPTUNA_STUDY,
     )
-    state = state_dir(out)
 
     def on_look(history: dict[str, Any]) -> None:
         (out / HISTORY_FILE).write_text(json.dumps(history, indent=2))
@@ -246,7 +254,7 @@ def train(plan: Plan) -> Trained:
         max(plan.milestones),
         plan.metric,
         plan.searcher.max_duplicates,
-        state_path=state / "searcher.pkl",
+        log_path=state / SEARCHER_LOG,
         sequential=plan.sequential,
         on_look=on_look,
         on_control_equivalent=on_control_equivalent,
@@ -365,16 +373,13 @@ def _close_within(tracker: Guarded[SearchTracker], status: str, timeout_s: float
 
 
 def _carry_over(plan: Plan, searcher: Any, scheduler: Any) -> None:
-    """A resumed search continues the stored searcher (restored first: a decision announced below names its arms)
-    and rung book. With `retry_failed`, the cells that failed, and those of arms stopped for want of a seed to
+    """A resumed search replays the searcher's event log (first: a decision announced below names its arms) and the
+    rung book's, then continues them. With `retry_failed`, the cells that failed, and those of arms stopped for want of a seed to
     pair, run again."""
     from tune_dfrl.ledger import FAILED, STOPPED
     from tune_dfrl.scheduler import PairedScheduler
 
-    stored = state_dir(plan.out) / "searcher.pkl"
-    saved = stored.exists()  # not when the driver was killed before the searcher's first save
-    if saved:
-        searcher.restore(str(stored))
+    searcher.replay()
     book = scheduler.book if isinstance(scheduler, PairedScheduler) else None
     if book is not None:
         scheduler.replay()
@@ -385,12 +390,7 @@ def _carry_over(plan: Plan, searcher: Any, scheduler: Any) -> None:
         unpaired_stop = end == STOPPED and book is not None and book.stopped(arm_id) is None
         return plan.retry_failed and (end == FAILED or unpaired_stop)
 
-    if saved:
-        for number in searcher.resume(plan.n_arms, run_again):
-            print(
-                f"note: Optuna trial {number} was asked just before the interrupt and never trained: told FAIL",
-                flush=True,
-            )
+    searcher.resume(plan.n_arms, run_again)
 
 
 def _seed_control_cells(plan: Plan, cache: ControlCache) -> None:
