@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -246,6 +247,48 @@ def test_a_search_killed_between_an_ask_and_its_log_line_resumes_into_the_uninte
     assert killed == uninterrupted and len(set(uninterrupted)) == 7
     shown = [(t.number, t.state, t.params, t.value, t.intermediate_values) for t in trials]
     assert [(t.number, t.state, t.params, t.value, t.intermediate_values) for t in again] == shown
+
+
+def searched_to_the_end(topk: SearchSpace, log: Path, resumed: bool) -> tuple:
+    """Drive a 3-arm search (grouped TPE after 2 random arms, in memory) one cell at a time to its end, each arm's
+    scores a function of its id, its events appended to `log`; with `resumed`, first replay `log` and resume, as a
+    restarted driver does. Returns what the search ended with: its arms in order, how each cell ended, what Optuna
+    was told, and the study's trials."""
+    storage = optuna.storages.InMemoryStorage()
+    sampler = optuna.samplers.TPESampler(seed=5, n_startup_trials=2, multivariate=True, group=True)
+    r = repeater(topk, 3, storage, log_path=log, sampler=sampler)
+    if resumed:
+        r.replay()
+        r.resume(n_arms=3)
+    for number in itertools.count():
+        tid = f"{'r' if resumed else 't'}{number}"
+        if (cfg := r.suggest(tid)) == Searcher.FINISHED:
+            break
+        arm, seed = cfg["arm"]["arm_id"], cfg["seed"]
+        up = 0.0 if arm == r.control.arm_id else int(arm[:4], 16) % 7 / 2  # the arm's paired gain
+        finish(r, tid, {10: CONTROL_10[seed] + up, 20: CONTROL[seed] + 2 * up})
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    return (
+        list(r.arms),
+        {arm: r.cells_of(arm) for arm in r.arms},
+        r.told,
+        [(t.number, t.state, t.params, t.value, t.intermediate_values) for t in trials],
+    )
+
+
+def test_a_search_cut_at_every_event_of_its_log_resumes_into_the_uninterrupted_search(
+    topk: SearchSpace, tmp_path
+) -> None:
+    """A driver killed anywhere leaves a prefix of the searcher's log (each event is one appended line): for every
+    prefix, the replayed and resumed search ends as the uninterrupted one did."""
+    whole = tmp_path / "whole.jsonl"
+    uninterrupted = searched_to_the_end(topk, whole, resumed=False)
+    lines = whole.read_text().splitlines(keepends=True)
+    assert len(uninterrupted[0]) == 4 and len(lines) > 40  # the control and 3 arms, 12 cells of 3-4 events each
+    for cut in range(len(lines) + 1):
+        log = tmp_path / f"cut{cut}.jsonl"
+        log.write_text("".join(lines[:cut]))
+        assert searched_to_the_end(topk, log, resumed=True) == uninterrupted, f"cut after {cut} events"
 
 
 def test_a_result_lost_before_its_log_line_is_trained_again_and_told_once(topk: SearchSpace, tmp_path) -> None:
