@@ -312,7 +312,7 @@ def report(r: PairedRepeater, trial_id: str, scores: dict[int, float], complete:
 
 
 def test_a_resumed_searcher_hands_out_only_the_cells_that_had_not_ended(tmp_path: Path) -> None:
-    storage, state = f"sqlite:///{tmp_path / 'optuna.db'}", tmp_path / "searcher.jsonl"
+    storage, state = f"sqlite:///{tmp_path / 'optuna.db'}", tmp_path / "events.jsonl"
     first = repeater(storage, state)
     handed = {
         (cfg["arm"]["arm_id"], cfg["seed"]): tid for tid, cfg in ((f"t{i}", first.suggest(f"t{i}")) for i in range(4))

@@ -21,7 +21,7 @@ from mlflow import MlflowClient
 from reliability_helpers import TINY, records, resume_search, search_command, short_tmp, start, stop, wait_for
 from search_helpers import search_cfg
 
-from tune_dfrl.resume import SEARCHER_LOG
+from tune_dfrl.resume import STATE_LOG
 from tune_dfrl.search import OPTUNA_STUDY, plan_search, run_search
 from tune_dfrl.trial import cell_dir
 
@@ -63,7 +63,7 @@ def interrupted_state(out: Path) -> Interrupted:
         cell: max(r["step"] for r in lines if (r["arm_id"], r["seed"]) == cell) for cell in cells(lines) - done
     }
     stamps = {cell: (cell_dir(out / "cells", *cell) / "checkpoint" / "trial.pt").stat().st_mtime_ns for cell in done}
-    handed = [e["cell"] for e in records(out / "state" / SEARCHER_LOG) if e["event"] == "suggest"]
+    handed = [e["cell"] for e in records(out / "state" / STATE_LOG) if e["event"] == "suggest"]
     arms = {cell[0] for cell in handed if isinstance(cell, list)}
     return Interrupted(lines, done, unfinished, stamps, arms)
 

@@ -17,7 +17,7 @@ from ray.tune.search.optuna import OptunaSearch
 from tune_dfrl.pairing import INNER_METRIC, PairedRepeater, ReplayError
 from tune_dfrl.progress import Progress
 from tune_dfrl.results import read_records
-from tune_dfrl.resume import RUNG_LOG, SEARCHER_LOG, STATE_FORMAT, state_dir
+from tune_dfrl.resume import STATE_FORMAT, STATE_LOG, state_dir
 from tune_dfrl.rungs import ArmDecision, RungBook, RungRule
 from tune_dfrl.scheduler import PairedScheduler
 from tune_dfrl.search_run import _carry_over
@@ -162,11 +162,11 @@ def test_a_suggestion_that_acts_as_the_control_is_passed_on_as_suggested_and_nev
 
 
 def test_state_survives_a_replay_of_its_log(topk: SearchSpace, tmp_path) -> None:
-    first = repeater(topk, n_arms=3, storage=optuna.storages.InMemoryStorage(), log_path=tmp_path / SEARCHER_LOG)
+    first = repeater(topk, n_arms=3, storage=optuna.storages.InMemoryStorage(), log_path=tmp_path / STATE_LOG)
     handed = hand_out(first, 6)
     for tid, cfg in handed[:3]:
         finish(first, tid, {10: CONTROL_10[cfg["seed"]], 20: CONTROL[cfg["seed"]]})
-    replayed = repeater(topk, n_arms=3, storage=optuna.storages.InMemoryStorage(), log_path=tmp_path / SEARCHER_LOG)
+    replayed = repeater(topk, n_arms=3, storage=optuna.storages.InMemoryStorage(), log_path=tmp_path / STATE_LOG)
     replayed.replay()
     assert replayed.ledger.ends(first.control.arm_id) == first.ledger.ends(first.control.arm_id)
     for tid, cfg in handed[3:6]:
@@ -177,7 +177,7 @@ def test_state_survives_a_replay_of_its_log(topk: SearchSpace, tmp_path) -> None
 
 
 def test_a_log_that_hands_out_another_cell_is_refused_by_name(topk: SearchSpace, tmp_path) -> None:
-    log = tmp_path / SEARCHER_LOG
+    log = tmp_path / STATE_LOG
     first = repeater(topk, n_arms=1, storage=optuna.storages.InMemoryStorage(), log_path=log)
     hand_out(first, 4)  # the control's three cells and the arm's first
     other = repeater(
@@ -213,7 +213,7 @@ def searched_arms(topk: SearchSpace, tmp_path: Path, kill_after: int | None) -> 
     killed once that many arms have ended, between Optuna's ask of the next arm and its log line, and resumed as
     the driver does (the study deleted, the log replayed). Returns the arms and the study's trials."""
     tmp_path.mkdir()
-    db, log = tmp_path / "optuna.db", tmp_path / SEARCHER_LOG
+    db, log = tmp_path / "optuna.db", tmp_path / STATE_LOG
 
     def start() -> PairedRepeater:
         sampler = optuna.samplers.TPESampler(seed=5, n_startup_trials=2, multivariate=True, group=True)
@@ -294,7 +294,7 @@ def test_a_search_cut_at_every_event_of_its_log_resumes_into_the_uninterrupted_s
 def test_a_result_lost_before_its_log_line_is_trained_again_and_told_once(topk: SearchSpace, tmp_path) -> None:
     """Killed after the arm's last cell ended but before its log line: the resume rebuilds the study without that
     end (Optuna's trial open again), the cell runs again, and Optuna is told the outcome the ledger holds, once."""
-    log = tmp_path / SEARCHER_LOG
+    log = tmp_path / STATE_LOG
     first = repeater(topk, n_arms=1, storage=optuna.storages.InMemoryStorage(), log_path=log)
     handed = hand_out(first, 6)
     for tid, cfg in handed[:5]:
@@ -320,11 +320,11 @@ def test_a_result_lost_before_its_log_line_is_trained_again_and_told_once(topk: 
 
 STATE_SHAPES = {  # the persisted shape of each state format (tune_dfrl.resume.STATE_FORMAT): each event's sorted keys
     3: {
-        "searcher.jsonl": [
-            ["cell", "event", "trial"], ["error", "event", "last", "trial"], ["event", "n_arms"],
-            ["event", "n_arms", "reopen"], ["event", "step", "trial", "value"], ["event", "trial"],
+        "events.jsonl": [
+            ["arm", "event", "score", "seed", "step"], ["arm", "event", "seed"], ["cell", "event", "trial"],
+            ["error", "event", "last", "trial"], ["event"], ["event", "n_arms"], ["event", "n_arms", "reopen"],
+            ["event", "step", "trial", "value"], ["event", "trial"],
         ],
-        "rungs.jsonl": [["arm", "event", "score", "seed", "step"], ["arm", "event", "seed"], ["event"]],
     },
 }  # fmt: skip
 
@@ -335,28 +335,26 @@ def cell_trial(arm: str, seed: int) -> Trial:
 
 
 def test_the_persisted_state_has_the_shape_of_its_format_version(topk: SearchSpace, tmp_path) -> None:
-    """The keys of each kind of event in OUT/state/searcher.jsonl and OUT/state/rungs.jsonl are the shape recorded
-    for STATE_FORMAT: a change of shape must raise STATE_FORMAT (and record the new shape here), so that a folder of
-    the old shape is refused with a message instead of failing inside a replay."""
-    searcher = repeater(topk, n_arms=3, storage=optuna.storages.InMemoryStorage(), log_path=tmp_path / SEARCHER_LOG)
+    """The keys of each kind of event in OUT/state/events.jsonl (the searcher's and the paired scheduler's) are the
+    shape recorded for STATE_FORMAT: a change of shape must raise STATE_FORMAT (and record the new shape here), so that
+    a folder of the old shape is refused with a message instead of failing inside a replay."""
+    log = tmp_path / STATE_LOG
+    searcher = repeater(topk, n_arms=3, storage=optuna.storages.InMemoryStorage(), log_path=log)
     handed = hand_out(searcher, 6)  # the control's three cells, then an arm's
     for tid, cfg in handed[:3]:
         finish(searcher, tid, {10: CONTROL_10[cfg["seed"]], 20: CONTROL[cfg["seed"]]})
     searcher.retry(handed[3][0])  # handed out again, as a new trial
     for tid, cfg in [("t6", searcher.suggest("t6")), *handed[4:]]:
         finish(searcher, tid, {10: 1.0, 20: CONTROL[cfg["seed"]] + 1.0})
-    searcher.resume(n_arms=3)
     book = RungBook(RungRule(mode="race", confidence=0.8), rungs=[10, 20], control="C", seeds=(0, 1))
-    scheduler = PairedScheduler(book, "score/db", log_path=tmp_path / RUNG_LOG)
+    scheduler = PairedScheduler(book, "score/db", log_path=log)
     for arm, seed, score in (("C", 0, 1.0), ("A", 0, 2.0), ("C", 1, 1.0), ("A", 1, 3.0)):
         scheduler.on_trial_result(None, cell_trial(arm, seed), {"step": 10, "score/db": score})
     scheduler.leave_out(cell_trial("A", 1))
     scheduler.retry_failed()
+    searcher.resume(n_arms=3)
 
-    shape = {
-        log: sorted({tuple(sorted(event)) for event in read_records(tmp_path / log)})
-        for log in (SEARCHER_LOG, RUNG_LOG)
-    }
+    shape = {STATE_LOG: sorted({tuple(sorted(event)) for event in read_records(log)})}
     assert book.decisions and searcher.told  # every kind of event a search persists is there
     expected = {log: sorted(tuple(keys) for keys in kinds) for log, kinds in STATE_SHAPES[STATE_FORMAT].items()}
     assert shape == expected, "the persisted state changed shape: raise tune_dfrl.resume.STATE_FORMAT"
@@ -368,11 +366,11 @@ def test_a_resume_whose_retry_stops_an_arm_at_once_names_the_arm_by_its_label(to
     driver restores the searcher before the book's replay, so the progress line names the arm by its label."""
     out = tmp_path / "out"
     state_dir(out).mkdir(parents=True)
-    first = repeater(topk, n_arms=1, storage=optuna.storages.InMemoryStorage(), log_path=state_dir(out) / SEARCHER_LOG)
+    first = repeater(topk, n_arms=1, storage=optuna.storages.InMemoryStorage(), log_path=state_dir(out) / STATE_LOG)
     handed = hand_out(first, 6)  # the control's three cells, then the arm's
     arm = first.arms[handed[3][1]["arm"]["arm_id"]]
     book = RungBook(RungRule(mode="race", confidence=0.8), rungs=[10], control=first.control.arm_id, seeds=SEEDS)
-    scheduler = PairedScheduler(book, "score/db", log_path=state_dir(out) / RUNG_LOG)
+    scheduler = PairedScheduler(book, "score/db", log_path=state_dir(out) / STATE_LOG)
     for _, cfg in handed[:3]:
         scheduler.on_trial_result(None, cell_trial(first.control.arm_id, cfg["seed"]), {"step": 10, "score/db": 50.0})
         scheduler.leave_out(cell_trial(first.control.arm_id, cfg["seed"]))
@@ -382,9 +380,7 @@ def test_a_resume_whose_retry_stops_an_arm_at_once_names_the_arm_by_its_label(to
         )
     assert book.stopped(arm.arm_id).seeds == ()  # no seed to pair
 
-    resumed = repeater(
-        topk, n_arms=1, storage=optuna.storages.InMemoryStorage(), log_path=state_dir(out) / SEARCHER_LOG
-    )
+    resumed = repeater(topk, n_arms=1, storage=optuna.storages.InMemoryStorage(), log_path=state_dir(out) / STATE_LOG)
     again, decided, lines = RungBook(book.rule, book.rungs, book.control, SEEDS), [], io.StringIO()
     progress = Progress(resumed, again, "score/db", total_cells=6, last_step=20, stream=lines)
 
@@ -392,7 +388,7 @@ def test_a_resume_whose_retry_stops_an_arm_at_once_names_the_arm_by_its_label(to
         decided.append(made)
         progress.note_decision(made)
 
-    scheduler = PairedScheduler(again, "score/db", on_decision, state_dir(out) / RUNG_LOG)
+    scheduler = PairedScheduler(again, "score/db", on_decision, state_dir(out) / STATE_LOG)
     _carry_over(SimpleNamespace(out=out, retry_failed=True, n_arms=1), resumed, scheduler)
     [stop] = [d for d in decided if d.arm == arm.arm_id]
     assert not stop.decision.keep and stop.seeds == SEEDS  # decided on the scores, at once

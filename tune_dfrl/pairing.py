@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 INNER_METRIC = "paired_delta"
 START, SUGGEST, RESULT, COMPLETE, RETRY, RESUME = "start", "suggest", "result", "complete", "retry", "resume"
+SEARCHER_EVENTS = (START, SUGGEST, RESULT, COMPLETE, RETRY, RESUME)
 
 
 class ReplayError(ValueError):
@@ -101,6 +102,7 @@ class PairedRepeater(Searcher):
         self._cells: dict[str, tuple[str, int]] = {}  # Tune trial id -> (arm id, seed)
         self._told_inner: set[str] = set()  # inner trial ids told their outcome
         self._suggested = 0  # inner suggestions made (distinct or not)
+        self._started = False  # the log holds this search's START event
         self._exhausted = False  # max_duplicates consecutive duplicates seen
 
     @property
@@ -152,13 +154,15 @@ class PairedRepeater(Searcher):
         """Nothing: the searcher's state is its event log (`log_path`), not Tune's experiment snapshot."""
 
     def replay(self) -> None:
-        """Rebuild the state of a search from the events of `log_path`, applied in order to this searcher (built as
+        """Rebuild the state of a search from its events in `log_path`, applied in order to this searcher (built as
         the search built it, its Optuna study empty); the driver's callbacks are not called. ReplayError when a
         handed-out cell differs from the logged one (the log belongs to another space, sampler or version)."""
         callbacks = self.on_look, self.on_control_equivalent
         self.on_look = self.on_control_equivalent = None
         try:
             for number, event in enumerate(read_records(self.log_path), 1):
+                if event["event"] not in SEARCHER_EVENTS:
+                    continue  # another component's (the paired scheduler's: one log, `tune_dfrl.resume.STATE_LOG`)
                 if event["event"] != SUGGEST:
                     self._apply(event)
                 elif (got := _cell(self._hand_out(event["trial"]))) != event["cell"]:
@@ -218,10 +222,12 @@ class PairedRepeater(Searcher):
         self._apply(event)
 
     def _record(self, event: dict[str, Any]) -> None:
-        """Append `event` to the log; a new log starts with the searched arms asked for (a resume may change it)."""
+        """Append `event` to the log; the searcher's first event says how many arms were asked for (a resume may
+        change it)."""
         if self.log_path is None:
             return
-        if not self.log_path.exists():
+        if not self._started:
+            self._started = True
             append_record(self.log_path, {"event": START, "n_arms": self.n_arms})
         append_record(self.log_path, event)
 
@@ -229,7 +235,7 @@ class PairedRepeater(Searcher):
         """Every event but SUGGEST (which `_hand_out` applies)."""
         kind = event["event"]
         if kind == START:
-            self.n_arms = event["n_arms"]
+            self.n_arms, self._started = event["n_arms"], True
         elif kind == RESULT:
             arm_id, seed = self._cells[event["trial"]]
             self._tell(self.feedback.result(arm_id, seed, event["step"], event["value"]))

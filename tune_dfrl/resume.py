@@ -4,9 +4,9 @@
     OUT/results.jsonl          every milestone the driver received (`tune_dfrl.results`)
     OUT/failures.jsonl         cells that failed after their last retry
     OUT/cells/<arm>/seed<k>/   each cell's checkpoint and milestone log (`tune_dfrl.trial`)
-    OUT/state/searcher.jsonl   the PairedRepeater's events (cells handed out, results, ends, retries, resumes), replayed
-                               on resume; OUT/optuna.db is written again by that replay
-    OUT/state/rungs.jsonl      the paired scheduler's events (scores, final failures, retries), replayed on resume
+    OUT/state/events.jsonl     the search's state as events, in order: the PairedRepeater's (cells handed out, results,
+                               ends, retries, resumes) and the paired scheduler's (scores, final failures, retries);
+                               a resume replays them (and writes OUT/optuna.db again from the searcher's)
     OUT/state/attempts.jsonl   one line per driver run
     OUT/search.lock            held (fcntl.flock) by the one driver that runs the search; names it
 
@@ -38,11 +38,10 @@ MAX_LISTED = 5
 LOCK = "search.lock"
 STATE_FORMAT = 3
 """The shape of what `resume=true` reads back (the files above), written to OUT/search.json as `state_format` (absent
-in folders written before the field: format 1; format 2 replaced the pickled scheduler by its event log, format 3 the
-pickled searcher). Raised whenever a persisted file or event changes shape (tests/test_search_pairing.py pins the
+in folders written before the field: format 1; format 2 replaced the pickled scheduler by its event log, format 3 one
+event log for the searcher and the scheduler). Raised whenever a persisted file or event changes shape (tests/test_search_pairing.py pins the
 shape of the current version); a folder of another format is refused before anything is read (`check_state_format`)."""
-RUNG_LOG = "rungs.jsonl"  # in OUT/state: the paired scheduler's events (`tune_dfrl.scheduler.PairedScheduler`)
-SEARCHER_LOG = "searcher.jsonl"  # in OUT/state: the searcher's events (`tune_dfrl.pairing.PairedRepeater`)
+STATE_LOG = "events.jsonl"  # in OUT/state: the searcher's and the paired scheduler's events, each replaying its own
 
 
 class FolderInUse(ValueError):

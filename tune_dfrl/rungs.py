@@ -138,6 +138,7 @@ def decide(candidate: str, deltas: Mapping[str, Mapping[int, float]], rule: Rung
 
 CONTINUE, WAIT, STOP = "continue", "wait", "stop"
 SCORE, RETRY_FAILED = "score", "retry_failed"  # events of a book's log, with FAILED (`RungBook.apply`)
+BOOK_EVENTS = (SCORE, FAILED, RETRY_FAILED)
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ continues, or every trial of the arm stops.
 A crashed trial that Tune retries (`FailureConfig.max_failures`) is not a failure yet: only its
 last crash leaves the seed out. With a `log_path`, every event that changes the book (a new score, a
 cell's final failure, a resume's `retry_failed`) is appended there as a JSON line before the book
-applies it (`RungBook.apply`); `replay` folds the log into the book again, so a resumed search makes
-the rung decisions already made, in the same order, without announcing them again.
+applies it (`RungBook.apply`); `replay` folds the log's book events into the book again, so a resumed search
+makes the rung decisions already made, in the same order, without announcing them again. The log may be shared
+with the searcher's events (OUT/state/events.jsonl): each replays its own.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
 from tune_dfrl.ledger import FAILED
 from tune_dfrl.results import append_record, read_records
-from tune_dfrl.rungs import CONTINUE, RETRY_FAILED, SCORE, STOP, WAIT, ArmDecision, RungBook, RungRule
+from tune_dfrl.rungs import BOOK_EVENTS, CONTINUE, RETRY_FAILED, SCORE, STOP, WAIT, ArmDecision, RungBook, RungRule
 from tune_dfrl.settings import PAIRED_SCHEDULERS, SchedulerSettings
 
 if TYPE_CHECKING:
@@ -75,9 +76,11 @@ class PairedScheduler(TrialScheduler):
         self._apply(tune_controller, self._record({"event": FAILED, "arm": arm, "seed": seed}), trial)
 
     def replay(self) -> None:
-        """Fold the events of `log_path` into the book (a resumed search; its decisions are not announced again)."""
+        """Fold the book's events of `log_path` into the book (a resumed search; its decisions are not announced
+        again)."""
         for event in read_records(self.log_path):
-            self.book.apply(event)
+            if event["event"] in BOOK_EVENTS:
+                self.book.apply(event)
 
     def retry_failed(self) -> None:
         """A resume with retry_failed: the failed seeds and the decisions that had no seed to pair are forgotten;

@@ -29,7 +29,7 @@ Output directory (OUT):
     cells/<arm_id>/seed<k>/milestones.jsonl   the milestones each cell reported (replayed on restart)
     state/             searcher and scheduler state, driver attempts (what `resume=true` continues from)
     optuna.db          the Optuna study (sqlite): one trial per distinct arm, value = mean paired delta
-                       (a view of state/searcher.jsonl, written again by a resume's replay)
+                       (a view of state/events.jsonl, written again by a resume's replay)
     ray/               Ray Tune's experiment state (tune/, then resume<k>/ per resumed attempt)
     mlflow.db, mlartifacts/   the default MLflow store
     report/            report.md, report.html, figures, summary.json

@@ -37,7 +37,7 @@ from tune_dfrl.cluster_watch import ClusterWatch
 from tune_dfrl.control_cache import ControlCache
 from tune_dfrl.guarded import Guarded
 from tune_dfrl.results import read_records, repair_log, write_records
-from tune_dfrl.resume import RUNG_LOG, SEARCHER_LOG, attempts_log, hold_folder, start_attempt, state_dir
+from tune_dfrl.resume import STATE_LOG, attempts_log, hold_folder, start_attempt, state_dir
 from tune_dfrl.search_plan import OPTUNA_DB, Plan, SearchError, check_out, save_plan
 from tune_dfrl.seed_batches import HISTORY_FILE
 from tune_dfrl.trial import MILESTONES, cell_dir
@@ -170,8 +170,7 @@ def train(plan: Plan) -> Trained:
         out / "results.jsonl",
         out / "failures.jsonl",
         attempts_log(out),
-        state / RUNG_LOG,
-        state / SEARCHER_LOG,
+        state / STATE_LOG,
     ):
         if (note := repair_log(log)) is not None:
             print(f"note: {note}", flush=True)
@@ -254,7 +253,7 @@ def train(plan: Plan) -> Trained:
         max(plan.milestones),
         plan.metric,
         plan.searcher.max_duplicates,
-        log_path=state / SEARCHER_LOG,
+        log_path=state / STATE_LOG,
         sequential=plan.sequential,
         on_look=on_look,
         on_control_equivalent=on_control_equivalent,
@@ -266,7 +265,7 @@ def train(plan: Plan) -> Trained:
         seeds=plan.seeds,
         milestones=plan.milestones,
         on_decision=on_decision,
-        log_path=state / RUNG_LOG,
+        log_path=state / STATE_LOG,
     )
     results_log = Guarded(
         ResultsLog(out / "results.jsonl", out / "failures.jsonl", plan.metric, attempt),
