@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import logging
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -113,12 +114,12 @@ def test_optuna_gets_mean_paired_deltas_and_pruned_states(topk: SearchSpace) -> 
     assert r.cells_of(stopped[0][1]["arm"]["arm_id"]) == {3: "stopped", 7: "stopped", 11: "stopped"}
 
 
-def test_duplicate_canonical_arms_run_once_and_share_the_outcome() -> None:
+def test_duplicate_canonical_arms_run_once_and_share_the_outcome(tmp_path, caplog) -> None:
     gfpo = SearchSpace.from_mapping(
         {"name": "tiny", "mechanism": "selection", "methods": {"gfpo": {"search": {"k": [2, 3]}}}}, rollout_n=8
     )
     storage = optuna.storages.InMemoryStorage()
-    r = repeater(gfpo, n_arms=5, storage=storage, max_duplicates=20)
+    r = repeater(gfpo, n_arms=5, storage=storage, max_duplicates=20, log_path=tmp_path / STATE_LOG)
     handed = []
     while (cfg := r.suggest(f"t{len(handed)}")) not in (None, Searcher.FINISHED):
         handed.append((f"t{len(handed)}", cfg))
@@ -131,6 +132,14 @@ def test_duplicate_canonical_arms_run_once_and_share_the_outcome() -> None:
     trials = optuna.load_study(study_name="s", storage=storage).trials
     assert len(trials) > 2 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     assert all(t.value == pytest.approx(t.params["gfpo.k"]) for t in trials)  # delta = k at every seed
+
+    caplog.clear()
+    replayed = repeater(gfpo, 5, optuna.storages.InMemoryStorage(), max_duplicates=20, log_path=tmp_path / STATE_LOG)
+    with caplog.at_level(logging.INFO, logger="tune_dfrl.pairing"):
+        r.suggest("t99")  # the live searcher: the space is exhausted, a duplicate is logged on the way
+        logged = len(caplog.records)
+        replayed.replay()  # a resume: the duplicates met are not logged again
+    assert logged and len(caplog.records) == logged and replayed.told == r.told
 
 
 def test_a_suggestion_that_acts_as_the_control_is_passed_on_as_suggested_and_never_trained() -> None:

@@ -156,9 +156,11 @@ class PairedRepeater(Searcher):
     def replay(self) -> None:
         """Rebuild the state of a search from its events in `log_path`, applied in order to this searcher (built as
         the search built it, its Optuna study empty); the driver's callbacks are not called. ReplayError when a
-        handed-out cell differs from the logged one (the log belongs to another space, sampler or version)."""
+        handed-out cell differs from the logged one (the log belongs to another space, sampler or version). Nothing is
+        logged again: the duplicates and looks met were logged when they happened."""
         callbacks = self.on_look, self.on_control_equivalent
         self.on_look = self.on_control_equivalent = None
+        log.disabled = True
         try:
             for number, event in enumerate(read_records(self.log_path), 1):
                 if event["event"] not in SEARCHER_EVENTS:
@@ -172,6 +174,7 @@ class PairedRepeater(Searcher):
                     )
         finally:
             self.on_look, self.on_control_equivalent = callbacks
+            log.disabled = False
 
     def resume(self, n_arms: int, run_again: Callable[[str, int, str], bool] = lambda arm_id, seed, end: False) -> None:
         """Continue a search that `replay` rebuilt, with up to `n_arms` searched arms: known arms keep their ids
