@@ -125,8 +125,6 @@ class PairedRepeater(Searcher):
         config = self._hand_out(trial_id)
         if isinstance(config, dict) or self._position() != before:
             self._record({"event": SUGGEST, "trial": trial_id, "cell": _cell(config)})
-            if self.on_look is not None and self._position()[-1] != before[-1]:
-                self.on_look({**self.batches.history(), "labels": {a: arm.label for a, arm in self.arms.items()}})
         if config is None and self.while_waiting is not None:
             self.while_waiting()
         return config
@@ -276,7 +274,7 @@ class PairedRepeater(Searcher):
             if arm.arm_id not in self.arms:
                 return self._enqueue(arm, inner_id)
             log.info("suggestion %s duplicates arm %s (%s): not trained again", inner_id, arm.arm_id, arm.label)
-            if arm.arm_id == self.control.arm_id and self.on_control_equivalent is not None:
+            if arm.arm_id == self.control.arm_id and self.on_control_equivalent is not None:  # (before the record)
                 method, params = suggestion["method"], dict(suggestion.get("params") or {})
                 self.on_control_equivalent(
                     {
@@ -330,6 +328,8 @@ class PairedRepeater(Searcher):
             for arm_id in [self.control.arm_id, *open_arms]
             for seed in look.next_seeds
         ]
+        if self.on_look is not None:  # before the event is recorded: a look a kill cuts off is taken, and told, again
+            self.on_look({**self.batches.history(), "labels": {arm_id: arm.label for arm_id, arm in self.arms.items()}})
         return bool(self._queue)
 
     def _tell(self, told: list[Told]) -> None:
