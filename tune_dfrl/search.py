@@ -27,7 +27,7 @@ Output directory (OUT):
     failures.jsonl     (arm, seed) cells that failed after their last retry
     cells/<arm_id>/seed<k>/checkpoint/   per-cell backend checkpoints (stable, keyed by arm id)
     cells/<arm_id>/seed<k>/milestones.jsonl   the milestones each cell reported (replayed on restart)
-    state/             searcher and scheduler state, driver attempts (what `resume=true` continues from)
+    state/events.jsonl the searcher's and the scheduler's events, replayed by `resume=true`; state/attempts.jsonl
     optuna.db          the Optuna study (sqlite): one trial per distinct arm, value = mean paired delta
                        (a view of state/events.jsonl, written again by a resume's replay)
     ray/               Ray Tune's experiment state (tune/, then resume<k>/ per resumed attempt)
