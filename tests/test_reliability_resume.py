@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from collections import Counter
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from mlflow import MlflowClient
 from reliability_helpers import TINY, records, resume_search, search_command, short_tmp, start, stop, wait_for
 from search_helpers import search_cfg
 
+from tune_dfrl.pairing import ReplayError
+from tune_dfrl.results import write_records
 from tune_dfrl.resume import STATE_LOG
 from tune_dfrl.search import OPTUNA_STUDY, plan_search, run_search
 from tune_dfrl.trial import cell_dir
@@ -161,6 +164,27 @@ def test_rerunning_a_finished_search_trains_nothing(resumed: Resumed, ray_sessio
     assert (resumed.out / "results.jsonl").read_text() == before
     assert not [p for p in (resumed.out / "ray" / "resume2").iterdir() if "-seed" in p.name]  # no trial at all
     assert summary.recommendation.recommended  # run_search returns the typed Summary
+
+
+def test_a_log_that_does_not_replay_is_refused_and_leaves_the_study(resumed: Resumed, ray_session, tmp_path) -> None:
+    """A searcher log whose replay hands out another cell (as a log written under another sampler or version would) is
+    refused naming the event, before any trial; the study is the one the folder had, and the MLflow runs the
+    resume had reopened are ended (KILLED), not left RUNNING."""
+    copy = tmp_path / resumed.out.name
+    shutil.copytree(resumed.out, copy, ignore=shutil.ignore_patterns("ray", "search.lock"))
+    events = records(copy / "state" / STATE_LOG)
+    first = next(number for number, event in enumerate(events) if event["event"] == "suggest")
+    events[first]["cell"][0] = "0" * 12
+    write_records(copy / "state" / STATE_LOG, events)
+    study = (copy / "optuna.db").read_bytes()
+    store = f"sqlite:///{copy / 'mlflow.db'}"
+    settings = (*SEARCH, f"out={copy}", f"control_cache={resumed.cache}", "resume=true", f"mlflow.tracking_uri={store}")
+    with pytest.raises(ReplayError, match=rf"event {first + 1} does not replay: .* start the search again"):
+        run_search(plan_search(search_cfg(*settings)))
+    assert (copy / "optuna.db").read_bytes() == study and not list(copy.glob("optuna.db.*"))
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name(f"tune_dfrl/{copy.name}").experiment_id])
+    assert runs and {run.info.status for run in runs} <= {"FINISHED", "KILLED"}
 
 
 def test_a_second_search_takes_its_control_from_the_cache(resumed: Resumed, ray_session) -> None:

@@ -18,7 +18,7 @@ from hydra import compose, initialize
 from search_folder import BETTER, CLOSE, CONTROL, EQUIVALENT, FAILED, STOPPED, answer, build_search
 
 from tune_dfrl.report import _main, analyze_search
-from tune_dfrl.results import EQUIVALENTS, FAILURES, PLAN, STOPS, SearchRecord, write_records
+from tune_dfrl.results import FAILURES, PLAN, STOPS, SearchRecord
 from tune_dfrl.schema import Summary
 from tune_dfrl.scores import load_results
 from tune_dfrl.settings import register_settings
@@ -142,23 +142,6 @@ def test_a_suggestion_that_acts_as_the_control_has_its_status_everywhere_and_no_
     assert "control_equivalent.jsonl" in {
         Path(a.path).name for a in fixed.client.list_artifacts(_search_run(fixed), "record")
     }
-
-
-def test_a_suggestion_announced_again_after_a_kill_counts_once(tmp_path: Path) -> None:
-    """The searcher announces a control-equivalent suggestion before it records the event: a resume after a kill in
-    between asks and announces it again, and the record reads it once."""
-    (tmp_path / PLAN).write_text("{}")
-    line = {key: EQUIVALENT[key] for key in ("method", "params", "label")} | {"arm_id": CONTROL["arm_id"]}
-    write_records(
-        tmp_path / EQUIVALENTS,
-        [
-            {**line, "suggestion": "arm0003", "attempt": 0},
-            {**line, "suggestion": "arm0003", "attempt": 1},
-            {**line, "suggestion": "arm0005", "attempt": 1},
-        ],
-    )
-    read = SearchRecord.read(tmp_path).equivalents
-    assert [(r["suggestion"], r["attempt"]) for r in read] == [("arm0003", 0), ("arm0005", 1)]
 
 
 def test_an_arm_failed_before_its_first_milestone_stays_in_the_family(fixed: SimpleNamespace, tmp_path: Path) -> None:

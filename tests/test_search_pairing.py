@@ -114,7 +114,7 @@ def test_optuna_gets_mean_paired_deltas_and_pruned_states(topk: SearchSpace) -> 
     assert r.cells_of(stopped[0][1]["arm"]["arm_id"]) == {3: "stopped", 7: "stopped", 11: "stopped"}
 
 
-def test_duplicate_canonical_arms_run_once_and_share_the_outcome(tmp_path, caplog) -> None:
+def test_duplicate_canonical_arms_run_once_and_share_the_outcome(tmp_path, caplog, monkeypatch) -> None:
     gfpo = SearchSpace.from_mapping(
         {"name": "tiny", "mechanism": "selection", "methods": {"gfpo": {"search": {"k": [2, 3]}}}}, rollout_n=8
     )
@@ -134,6 +134,7 @@ def test_duplicate_canonical_arms_run_once_and_share_the_outcome(tmp_path, caplo
     assert all(t.value == pytest.approx(t.params["gfpo.k"]) for t in trials)  # delta = k at every seed
 
     caplog.clear()
+    monkeypatch.setattr(logging.getLogger("tune_dfrl.pairing"), "disabled", False)  # (an in-process Hydra run may)
     replayed = repeater(gfpo, 5, optuna.storages.InMemoryStorage(), max_duplicates=20, log_path=tmp_path / STATE_LOG)
     with caplog.at_level(logging.INFO, logger="tune_dfrl.pairing"):
         r.suggest("t99")  # the live searcher: the space is exhausted, a duplicate is logged on the way

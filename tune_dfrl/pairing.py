@@ -9,11 +9,15 @@ deltas, then COMPLETE / PRUNED / FAIL) is decided by `tune_dfrl.feedback.OptunaF
 passed on here to every inner trial of the arm.
 
 With a `log_path`, every call that changes the searcher (a cell handed out, a suggestion asked of
-Optuna, a look; a result, a trial's end, a retry, a resume) is appended there as one JSON event before
-the call returns (`SearcherLog`); `replay` applies the events again, in order, to a searcher built
-afresh on an empty study, so a driver killed at any moment leaves a state that the next one rebuilds
-exactly. Optuna's study (TPE, seeded) is a view of that log: replaying the same asks and tells in
-the same order gives the same trials and the same sampler state, hence the same next suggestion.
+Optuna, a look; a result, a trial's end, a retry, a resume) is appended there as one JSON event once
+it has taken effect and before the call returns; `replay` applies the events again, in order, to a
+searcher built afresh on an empty study. A driver killed at any moment leaves a log whose replay is a
+state the search was in (an event it cut off is lost whole: its cell runs again, its ask is asked
+again). Optuna's study (TPE, seeded) is a view of that log: the same asks and tells in the same order
+give the same trials and the same sampler state. A control-equivalent suggestion is passed to
+`on_control_equivalent` after its event is recorded; a look is passed to `on_look` before (a look cut
+off is taken again from the same ledger and gives the same history).
+
 With a `sequential` rule (seeds=auto) every arm and the control start on the rule's starting seeds;
 when every cell handed out has ended and no arm is left to suggest, `tune_dfrl.seed_batches` takes
 a look and the open arms and the control get the next batch of seeds (`on_look` receives the
@@ -36,6 +40,7 @@ from tune_dfrl.backend import ArmSpec
 from tune_dfrl.feedback import FAIL, INTERMEDIATE, OptunaFeedback, Told
 from tune_dfrl.ledger import FAILED, PairedLedger
 from tune_dfrl.results import append_record, read_records
+from tune_dfrl.rungs import BOOK_EVENTS
 from tune_dfrl.seed_batches import SeedBatches
 from tune_dfrl.sequential import SequentialRule
 from tune_dfrl.spaces import arm_label
@@ -44,7 +49,9 @@ log = logging.getLogger(__name__)
 
 INNER_METRIC = "paired_delta"
 START, SUGGEST, RESULT, COMPLETE, RETRY, RESUME = "start", "suggest", "result", "complete", "retry", "resume"
-SEARCHER_EVENTS = (START, SUGGEST, RESULT, COMPLETE, RETRY, RESUME)
+
+
+_AGAIN = "; start the search again in another out=DIR"
 
 
 class ReplayError(ValueError):
@@ -103,6 +110,7 @@ class PairedRepeater(Searcher):
         self._told_inner: set[str] = set()  # inner trial ids told their outcome
         self._suggested = 0  # inner suggestions made (distinct or not)
         self._started = False  # the log holds this search's START event
+        self._equivalents: list[dict[str, Any]] = []  # control-equivalent suggestions met by the current `suggest`
         self._exhausted = False  # max_duplicates consecutive duplicates seen
 
     @property
@@ -125,6 +133,9 @@ class PairedRepeater(Searcher):
         config = self._hand_out(trial_id)
         if isinstance(config, dict) or self._position() != before:
             self._record({"event": SUGGEST, "trial": trial_id, "cell": _cell(config)})
+        equivalents, self._equivalents = self._equivalents, []
+        for suggestion in equivalents if self.on_control_equivalent is not None else ():
+            self.on_control_equivalent(suggestion)
         if config is None and self.while_waiting is not None:
             self.while_waiting()
         return config
@@ -153,26 +164,31 @@ class PairedRepeater(Searcher):
 
     def replay(self) -> None:
         """Rebuild the state of a search from its events in `log_path`, applied in order to this searcher (built as
-        the search built it, its Optuna study empty); the driver's callbacks are not called. ReplayError when a
-        handed-out cell differs from the logged one (the log belongs to another space, sampler or version). Nothing is
-        logged again: the duplicates and looks met were logged when they happened."""
-        callbacks = self.on_look, self.on_control_equivalent
-        self.on_look = self.on_control_equivalent = None
-        log.disabled = True
+        the search built it, its Optuna study empty); the driver's callbacks are not called, and nothing is logged
+        again (the duplicates and looks met were logged when they happened). ReplayError when an event does not
+        apply or a handed-out cell differs from the logged one (the log belongs to another space, sampler or
+        version of tune_dfrl or Optuna)."""
+        on_look, self.on_look = self.on_look, None
+        was_disabled, log.disabled = log.disabled, True
         try:
             for number, event in enumerate(read_records(self.log_path), 1):
-                if event["event"] not in SEARCHER_EVENTS:
-                    continue  # another component's (the paired scheduler's: one log, `tune_dfrl.resume.STATE_LOG`)
-                if event["event"] != SUGGEST:
-                    self._apply(event)
-                elif (got := _cell(self._hand_out(event["trial"]))) != event["cell"]:
+                if event["event"] in BOOK_EVENTS:
+                    continue  # the paired scheduler's (one log, `tune_dfrl.resume.STATE_LOG`)
+                try:
+                    if event["event"] == SUGGEST:
+                        got, self._equivalents = _cell(self._hand_out(event["trial"])), []  # (announced back then)
+                    else:
+                        self._apply(event)
+                        got = None
+                except (KeyError, ValueError, TypeError) as error:
+                    raise ReplayError(f"{self.log_path}: event {number} does not replay ({error!r}){_AGAIN}") from None
+                if got != event.get("cell"):
                     raise ReplayError(
                         f"{self.log_path}: event {number} does not replay: the searcher hands out {got!r} where the "
-                        f"log has {event['cell']!r}; start the search again in another out=DIR"
+                        f"log has {event['cell']!r}{_AGAIN}"
                     )
         finally:
-            self.on_look, self.on_control_equivalent = callbacks
-            log.disabled = False
+            self.on_look, log.disabled = on_look, was_disabled
 
     def resume(self, n_arms: int, run_again: Callable[[str, int, str], bool] = lambda arm_id, seed, end: False) -> None:
         """Continue a search that `replay` rebuilt, with up to `n_arms` searched arms: known arms keep their ids
@@ -219,8 +235,8 @@ class PairedRepeater(Searcher):
         return config
 
     def _take(self, event: dict[str, Any]) -> None:
-        self._record(event)
         self._apply(event)
+        self._record(event)
 
     def _record(self, event: dict[str, Any]) -> None:
         """Append `event` to the log; the searcher's first event says how many arms were asked for (a resume may
@@ -274,9 +290,9 @@ class PairedRepeater(Searcher):
             if arm.arm_id not in self.arms:
                 return self._enqueue(arm, inner_id)
             log.info("suggestion %s duplicates arm %s (%s): not trained again", inner_id, arm.arm_id, arm.label)
-            if arm.arm_id == self.control.arm_id and self.on_control_equivalent is not None:  # (before the record)
+            if arm.arm_id == self.control.arm_id:  # passed on once the suggestion is recorded (`suggest`)
                 method, params = suggestion["method"], dict(suggestion.get("params") or {})
-                self.on_control_equivalent(
+                self._equivalents.append(
                     {
                         "suggestion": inner_id,
                         "method": method,

@@ -17,8 +17,7 @@ OUT/stops.jsonl: one line per arm the paired scheduler stopped at a rung:
     {"arm_id", "step" (the rung), "seeds" (the seeds decided on), "reason" (with the interval that stopped it),
      "leader" (arm id of the rung leader), "attempt"}
 
-OUT/control_equivalent.jsonl: one line per suggestion whose canonical form is the control (never trained; read once
-per suggestion):
+OUT/control_equivalent.jsonl: one line per suggestion whose canonical form is the control (never trained):
     {"suggestion" (the searcher's inner trial id), "method", "params" (as suggested), "label", "arm_id" (the
      control's), "attempt"}
 
@@ -72,22 +71,13 @@ class SearchRecord:
             read_records(folder / FAILURES),
             read_records(folder / STOPS),
             json.loads(looks.read_text()) if looks.exists() else None,
-            _first_per_suggestion(read_records(folder / EQUIVALENTS)),
+            read_records(folder / EQUIVALENTS),
         )
 
     @property
     def sequential(self) -> bool:
         """seeds=auto: the looks decide."""
         return "sequential" in self.plan
-
-
-def _first_per_suggestion(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A suggestion announced again after a kill (the searcher announces before it records, so a resume may ask it
-    again) counts once: its first line."""
-    first: dict[str, dict[str, Any]] = {}
-    for line in lines:
-        first.setdefault(line["suggestion"], line)
-    return list(first.values())
 
 
 def milestone_record(arm: Mapping[str, Any], seed: int, result: Mapping[str, Any]) -> dict[str, Any]:

@@ -225,8 +225,11 @@ def train(plan: Plan) -> Trained:
     sampler = optuna.samplers.TPESampler(
         seed=plan.searcher.seed, n_startup_trials=plan.searcher.n_startup_trials, multivariate=True, group=True
     )
-    if plan.resume:  # the study is a view of the searcher's event log: the replay below writes it again
+    earlier_study = out / (OPTUNA_DB + ".before-resume")  # the study is a view of the searcher's events: a resume's
+    if plan.resume and earlier_study.exists():  # replay writes it anew; a driver killed while replaying left this one
         (out / OPTUNA_DB).unlink(missing_ok=True)
+    elif plan.resume and (out / OPTUNA_DB).exists():
+        os.replace(out / OPTUNA_DB, earlier_study)
     storage = optuna.storages.RDBStorage(f"sqlite:///{out / OPTUNA_DB}")
     inner = OptunaSearch(
         space=plan.space.sampler(),
@@ -275,7 +278,14 @@ def train(plan: Plan) -> Trained:
     book = scheduler.book if isinstance(scheduler, PairedScheduler) else None
     progress = Progress(searcher, book, plan.metric, plan.total_cells, max(plan.milestones))
     if plan.resume:
-        _carry_over(plan, searcher, scheduler)  # may announce decisions (`on_decision`)
+        try:
+            _carry_over(plan, searcher, scheduler)  # may announce decisions (`on_decision`)
+        except BaseException:  # e.g. a log that does not replay: the folder is left as it was, its MLflow runs ended
+            _close_within(tracker, "KILLED", CLOSE_TIMEOUT_S)
+            if earlier_study.exists():
+                os.replace(earlier_study, out / OPTUNA_DB)
+            raise
+        earlier_study.unlink(missing_ok=True)
     shown_progress = Guarded(progress, "the progress line", "no more progress lines")
     watch = TrialWatch(
         searcher,
