@@ -17,7 +17,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from tune_dfrl.pairing import INNER_METRIC, PairedRepeater, ReplayError
 from tune_dfrl.progress import Progress
-from tune_dfrl.results import read_records
+from tune_dfrl.results import append_record, read_records
 from tune_dfrl.resume import STATE_FORMAT, STATE_LOG, state_dir
 from tune_dfrl.rungs import ArmDecision, RungBook, RungRule
 from tune_dfrl.scheduler import PairedScheduler
@@ -197,6 +197,10 @@ def test_a_log_that_hands_out_another_cell_is_refused_by_name(topk: SearchSpace,
         ReplayError, match=rf"{log}: event 5 does not replay: the searcher hands out \['[0-9a-f]{{12}}', 3\]"
     ):
         other.replay()
+    append_record(log, {"event": "result", "trial": "t9", "step": 10, "value": 1.0})  # a trial it never handed out
+    again = repeater(topk, n_arms=1, storage=optuna.storages.InMemoryStorage(), log_path=log)
+    with pytest.raises(ReplayError, match=r"event 6 does not replay \(KeyError\('t9'\)\); start the search again"):
+        again.replay()
 
 
 def test_a_stopped_arm_is_pruned_only_after_its_rung_delta_is_told(topk: SearchSpace) -> None:
