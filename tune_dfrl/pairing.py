@@ -92,9 +92,8 @@ class PairedRepeater(Searcher):
         self.on_look = on_look
         self.on_control_equivalent = on_control_equivalent
         self.while_waiting = while_waiting  # runs whenever suggest has nothing to give (Tune may be waiting on it)
-        self.optuna = (
-            searcher  # not `searcher`: Ray Tune would take this class for a wrapper and snapshot the inner one
-        )
+        # not `self.searcher`: Ray Tune would take this class for a wrapper and snapshot the inner one
+        self.optuna = searcher
         self._make_arm = make_arm
         self.control = control
         self.seeds = tuple(int(s) for s in seeds)

@@ -38,9 +38,10 @@ MAX_LISTED = 5
 LOCK = "search.lock"
 STATE_FORMAT = 3
 """The shape of what `resume=true` reads back (the files above), written to OUT/search.json as `state_format` (absent
-in folders written before the field: format 1; format 2 replaced the pickled scheduler by its event log, format 3 one
-event log for the searcher and the scheduler). Raised whenever a persisted file or event changes shape (tests/test_search_pairing.py pins the
-shape of the current version); a folder of another format is refused before anything is read (`check_state_format`)."""
+in folders written before the field: format 1; format 2 replaced the pickled scheduler by its event log, format 3 the
+pickled searcher too, one event log for both). Raised whenever a persisted file or event changes shape
+(tests/test_search_pairing.py pins the shape of the current version); a folder of another format is refused before
+anything is read (`check_state_format`)."""
 STATE_LOG = "events.jsonl"  # in OUT/state: the searcher's and the paired scheduler's events, each replaying its own
 
 

@@ -166,12 +166,7 @@ def train(plan: Plan) -> Trained:
         resources = plan.backend.resources()
     out = plan.out
     state = state_dir(out)
-    for log in (
-        out / "results.jsonl",
-        out / "failures.jsonl",
-        attempts_log(out),
-        state / STATE_LOG,
-    ):
+    for log in (out / "results.jsonl", out / "failures.jsonl", attempts_log(out), state / STATE_LOG):
         if (note := repair_log(log)) is not None:
             print(f"note: {note}", flush=True)
     save_plan(plan)
@@ -382,9 +377,9 @@ def _close_within(tracker: Guarded[SearchTracker], status: str, timeout_s: float
 
 
 def _carry_over(plan: Plan, searcher: Any, scheduler: Any) -> None:
-    """A resumed search replays the searcher's event log (first: a decision announced below names its arms) and the
-    rung book's, then continues them. With `retry_failed`, the cells that failed, and those of arms stopped for want of a seed to
-    pair, run again."""
+    """A resumed search replays the searcher's events (first: a decision announced below names its arms) and the
+    rung book's, then continues them. With `retry_failed`, the cells that failed, and those of arms stopped for want
+    of a seed to pair, run again."""
     from tune_dfrl.ledger import FAILED, STOPPED
     from tune_dfrl.scheduler import PairedScheduler
 
