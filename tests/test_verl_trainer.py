@@ -73,14 +73,19 @@ REGISTRY_PROBE = (
     "lazy = 'tune_dfrl.trainers.verl.trainer' not in sys.modules\n"
     "from verl.trainer.ppo.v1 import get_trainer_cls, PPOTrainerSync\n"
     "cls = get_trainer_cls('tune_dfrl')\n"
+    "import importlib.util, verl.workers.config, transformers.generation.candidate_generator\n"
+    "hidden = {{m: [importlib.util.find_spec(m) is not None, m in sys.modules] for m in ('sklearn', 'scipy')}}\n"
     "print(json.dumps({{'entry_points': [e.value for e in md.entry_points(group='verl.plugins')], 'lazy': lazy,\n"
-    "                  'cls': cls.__module__ + '.' + cls.__qualname__, 'sync': issubclass(cls, PPOTrainerSync)}}))\n"
+    "                  'cls': cls.__module__ + '.' + cls.__qualname__, 'sync': issubclass(cls, PPOTrainerSync),\n"
+    "                  'hidden': hidden}}))\n"
 )
 
 
 def test_plugin_registers_the_trainer_through_the_entry_point():
     """Fresh interpreters: `import verl` loads our entry point and verl's v1 registry then holds the
-    trainer; importing the trainer module first (it imports verl's v1 package itself) works too."""
+    trainer; importing the trainer module first (it imports verl's v1 package itself) works too. Either way the
+    plugin keeps scikit-learn and scipy, which are installed, from being imported by transformers
+    (`plugin.hide_from_transformers`)."""
     firsts = ("import verl", "import tune_dfrl.trainers.verl.trainer")
     runs = [
         subprocess.Popen(
@@ -99,10 +104,13 @@ def test_plugin_registers_the_trainer_through_the_entry_point():
     for out in outs:
         assert "tune_dfrl.trainers.verl.plugin" in out["entry_points"]
         assert out["cls"] == "tune_dfrl.trainers.verl.trainer.DataPolicyTrainer" and out["sync"]
+        assert out["hidden"] == {"sklearn": [True, False], "scipy": [True, False]}  # installed, not imported
     assert outs[0]["lazy"]  # `import verl` alone does not pay for the v1 trainer stack
 
 
-def test_construction_keeps_verls_sync_paths_and_mixes_the_dataloader(recipe, tmp_path):
+def test_construction_keeps_verls_sync_paths_and_mixes_the_dataloader(ray_session, recipe, tmp_path):
+    """The trainer keeps verl's sync mode and replay buffer and draws its batches with the mixture sampler. It is
+    built inside a Ray instance (the session's here, a trial's own in a run): it records that instance's resources."""
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
     arm = ArmSpec("reward_gap", {"temperature": 0.5}, "mix", "reward_gap")

@@ -11,6 +11,9 @@ module finishes executing (at once, when it already has). The trainer registers 
 `verl.trainer.ppo.core_algos` pay nothing. Errors in our code then surface as import errors of
 the hooked verl module instead of being swallowed. A CPU setup that fails leaves the `cpu`
 platform unregistered, so verl's `get_platform()` fails loudly on `VERL_PLATFORM=cpu`.
+
+On both devices, in every process that loads this plugin, transformers sees scikit-learn and scipy as not
+installed (`hide_from_transformers`).
 """
 
 from __future__ import annotations
@@ -77,6 +80,30 @@ class _HookOnImport(importlib.abc.MetaPathFinder):
         return None
 
 
+HIDDEN_FROM_TRANSFORMERS = ("sklearn", "scipy")
+
+
+def _not_installed() -> bool:
+    return False
+
+
+def hide_from_transformers(utils: ModuleType) -> None:
+    """Answer False to transformers' `is_sklearn_available` and `is_scipy_available`, in `transformers.utils`
+    and in `transformers.utils.import_utils`, which defines them.
+
+    Both are installed (mlflow requires them), and transformers imports them, with pandas, as soon as
+    `transformers.models.auto` is imported: `generation.candidate_generator` imports scikit-learn and
+    `loss.loss_for_object_detection` imports scipy. That is 0.85 of the 5 CPU-s it takes to import verl's worker
+    stack, in each of a trial's ~8 verl processes. transformers uses scikit-learn only to tune assisted
+    generation's confidence threshold (skipped when the answer is False) and scipy only in the losses and
+    modelling code of vision, audio and FNet models (which then raise transformers' "requires the scipy library"
+    error); verl's trainer and rollouts use neither."""
+    import_utils = importlib.import_module("transformers.utils.import_utils")
+    for name in HIDDEN_FROM_TRANSFORMERS:
+        setattr(utils, f"is_{name}_available", _not_installed)
+        setattr(import_utils, f"is_{name}_available", _not_installed)
+
+
 def register_trainer(_: ModuleType) -> None:
     """Import the trainer module, whose class `register_trainer` registers under `TRAINER_MODE`.
 
@@ -90,4 +117,5 @@ def register_trainer(_: ModuleType) -> None:
 importlib.import_module("tune_dfrl.trainers.verl.timeline").record_process_start()
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == CPU_PLATFORM:
     importlib.import_module("tune_dfrl.trainers.verl.cpu").activate()
+after_import("transformers.utils", hide_from_transformers)
 after_import(V1_PACKAGE, register_trainer)
