@@ -4,12 +4,12 @@ Two runs, shared by the tests (a verl CPU trial takes one to four minutes to sta
 
 - `searched`: benchmarks/verl_cpu_e2e.py's search at the sizing and scheduler a user gets by default, i.e.
   `python -m tune_dfrl.search space=difffilter_band backend=verl backend.device=cpu ...` with only the recipe
-  and the paths set, on the exported tiny model and tasks: the control + 2 difffilter arms x 2 seeds x 2
+  and the paths set, on the exported tiny model and tasks: the control + 1 difffilter arm x 2 seeds x 2
   steps, a milestone (verl validation) every step, two trials at a time on this 2-CPU machine, the paired
   scheduler pausing each arm's first seed at its rung (step 1) until the other arrives (issue 25: this hung);
-- `resumed`: the same search (same recipe) one trial at a time (`ray.num_cpus=1`, no rung) with 1 arm, its
-  control taken from the first search's control cache (only the arm's 2 trials train), its driver killed with SIGKILL once a trial has checkpointed
-  step 1 and not finished, then the same command with resume=true.
+- `resumed`: the same search (same recipe and arm) one trial at a time (`ray.num_cpus=1`, no rung), its control
+  taken from the first search's control cache (only the arm's 2 trials train), its driver killed with SIGKILL once
+  a trial has checkpointed step 1 and not finished, then the same command with resume=true.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ _spec.loader.exec_module(e2e)
 
 pytestmark = pytest.mark.timeout(3600)
 
-ARMS, SEEDS, STEPS = 2, 2, 2
+ARMS, SEEDS, STEPS = 1, 2, 2  # one arm: the scheduler's choices between arms are the embedded searches' tests
 BASE_STEPS = 150
 Cell = tuple[str, int]
 
@@ -81,7 +81,7 @@ def control_cache(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def searched(files, control_cache, tmp_path_factory) -> tuple[Path, dict]:
-    """benchmarks/verl_cpu_e2e.py's search and its figures (seconds per step, trial start-up). Minutes: 6 real verl
+    """benchmarks/verl_cpu_e2e.py's search and its figures (seconds per step, trial start-up). Minutes: 4 real verl
     trials, two at a time, each ~40 s of start-up on an idle 2-core machine (docs/readme_verl.md, "Start-up
     timeline"), longer beside the rest of `make test`."""
     root = tmp_path_factory.mktemp("verl_cpu_search")
@@ -177,12 +177,12 @@ class Resumed:
 
 @pytest.fixture(scope="module")
 def resumed(searched, files, control_cache, tmp_path_factory) -> Resumed:
-    """The first search's recipe with one arm, one trial at a time, killed with `kill -9` once a trial is checkpointed
+    """The first search's command, one trial at a time, killed with `kill -9` once a trial is checkpointed
     and unfinished, then resumed. Minutes: up to 3 real verl starts in sequence."""
     root = tmp_path_factory.mktemp("verl_cpu_resume")
     out, ray_tmp = root / "out", short_tmp("rt-verl-")
     one_at_a_time = ("ray.num_cpus=1", "scheduler.name=fifo")  # the first search's recipe (its control is cached)
-    args = e2e.search_args(files, "cpu", 1, SEEDS, STEPS, out, control_cache, one_at_a_time=False)
+    args = e2e.search_args(files, "cpu", ARMS, SEEDS, STEPS, out, control_cache, one_at_a_time=False)
     command = search_command(*args, *one_at_a_time)
     env = {**e2e.search_env(), "RAY_TMPDIR": str(ray_tmp)}
     driver = start(command, cwd=root, env=env, log=root / "interrupted.log")
