@@ -156,44 +156,89 @@ def test_the_trainer_ranks_submitted_prompts_and_balances_responses_in_that_orde
     assert [t["seq_len"] for t in balanced.tags] == [4, 2, 3, 1, 0]  # tags moved with their keys
 
 
-def test_advantage_hook_writes_policy_weights_into_transfer_queue(ray_session, recipe, tmp_path):
-    """verl computes GRPO advantages from TransferQueue; the hook then writes difffilter weights back."""
+@pytest.fixture(scope="module")
+def transfer_queue(ray_session, recipe, tmp_path_factory):
+    """verl's TransferQueue (a controller and a storage unit) in the session's Ray, as a trial's trainer opens it."""
     import transfer_queue as tq
+
+    config = make_trainer(recipe, ArmSpec("baseline", {}, "c", "control"), tmp_path_factory.mktemp("tq")).config
+    config.transfer_queue.enable = True
+    wait_for_free_cpus(ray_session, 2)  # TransferQueue's controller and storage unit actors ask for one CPU each
+    tq.init(config.transfer_queue)
+    yield tq
+    tq.close()
+
+
+def compute_advantage(tq, trainer, uids: list[str], domains: list[str], verl_weights: list[float]):
+    """Put one batch of responses (`LENGTHS`, `REWARDS`, then verl's synthetic padding sample) in TransferQueue with
+    verl's own per-response `rollout_is_weights`, run the trainer's `_compute_advantage` (verl's GRPO, then the hook),
+    and read back (weights per response, first advantage per response, the step's metrics)."""
     from verl.utils import tensordict_utils as tu
 
+    def nested(rows: list[torch.Tensor]) -> torch.Tensor:
+        return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+
+    lengths, rewards = [*LENGTHS, 1], [*REWARDS, 0.0]
+    rows = [*uids, "padx"]
+    keys = [f"{u}_{i % 4}_0" for i, u in enumerate(rows)]
+    fields = {
+        "uid": rows,
+        "domain": [*domains, domains[-1]],
+        "response_mask": nested([torch.ones(n, dtype=torch.int64) * (u != "padx") for n, u in zip(lengths, rows)]),
+        "rm_scores": nested([torch.tensor([0.0] * (n - 1) + [r]) for n, r in zip(lengths, rewards)]),
+        "old_log_probs": nested([torch.full((n,), -0.7) for n in lengths]),
+        "rollout_is_weights": nested([torch.full((n,), w) for n, w in zip(lengths, [*verl_weights, 1.0])]),
+    }
+    tags = [{"is_padding": u == "padx"} for u in rows]
+    meta = tq.kv_batch_put(keys=keys, partition_id="train", fields=tu.get_tensordict(fields), tags=tags)
+    metrics: dict = {}
+    out = trainer._compute_advantage(meta, metrics)
+    assert "rollout_is_weights" in out.fields
+    stored = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["rollout_is_weights", "advantages"])
+    weights = [row.tolist() for row in stored["rollout_is_weights"].unbind()]
+    advantages = [row[0].item() for row in stored["advantages"].unbind()]
+    return weights, advantages, metrics
+
+
+def token_mean(weights: list[float]) -> float:
+    """Mean over the real responses' tokens of a per-response weight."""
+    return sum(w * n for w, n in zip(weights, LENGTHS)) / sum(LENGTHS)
+
+
+def test_advantage_hook_writes_policy_weights_times_verls_into_transfer_queue(transfer_queue, recipe, tmp_path):
+    """verl computes GRPO advantages from TransferQueue; the hook then writes difffilter's weights times verl's own
+    (`rollout_is=token`) back, and logs the token means of both over the real responses."""
     arm = ArmSpec("difffilter", {"low": 0.1, "high": 0.9}, "df", "difffilter")
     trainer = make_trainer(recipe, arm, tmp_path)
     trainer.global_steps = 1
-    trainer.config.transfer_queue.enable = True
-    wait_for_free_cpus(ray_session, 2)  # TransferQueue's controller and storage unit actors ask for one CPU each
-    tq.init(trainer.config.transfer_queue)
-    try:
-
-        def nested(rows: list[torch.Tensor]) -> torch.Tensor:
-            return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
-
-        lengths = [*LENGTHS, 1]  # the 9th row is verl's synthetic padding sample
-        rewards = [*REWARDS, 0.0]
-        uids = ["a"] * 4 + ["b"] * 4 + ["padx"]
-        keys = [f"{u}_{i % 4}_0" for i, u in enumerate(uids)]
-        fields = {
-            "uid": uids,
-            "domain": ["math"] * 4 + ["logic"] * 5,
-            "response_mask": nested([torch.ones(n, dtype=torch.int64) * (u != "padx") for n, u in zip(lengths, uids)]),
-            "rm_scores": nested([torch.tensor([0.0] * (n - 1) + [r]) for n, r in zip(lengths, rewards)]),
-            "old_log_probs": nested([torch.full((n,), -0.7) for n in lengths]),
-        }
-        tags = [{"is_padding": u == "padx"} for u in uids]
-        meta = tq.kv_batch_put(keys=keys, partition_id="train", fields=tu.get_tensordict(fields), tags=tags)
-        metrics: dict = {}
-        out = trainer._compute_advantage(meta, metrics)
-        stored = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["rollout_is_weights", "advantages"])
-        weights = [row.tolist() for row in stored["rollout_is_weights"].unbind()]
-        advantages = [row[0].item() for row in stored["advantages"].unbind()]
-    finally:
-        tq.close()
-    assert weights == [[1.0] * n for n in LENGTHS[:4]] + [[0.0] * n for n in LENGTHS[4:]] + [[1.0]]
+    verl_weights = [0.5, 2.0, 1.0, 1.0, 0.75, 1.0, 1.0, 1.0]
+    uids = ["a"] * 4 + ["b"] * 4
+    weights, advantages, metrics = compute_advantage(
+        transfer_queue, trainer, uids, ["math"] * 4 + ["logic"] * 4, verl_weights
+    )
+    kept = [1.0] * 4 + [0.0] * 4  # solve rates 0.25 (kept) and 1.0 (dropped)
+    assert weights == [[k * w] * n for k, w, n in zip(kept, verl_weights, LENGTHS)] + [[1.0]]  # padding: 1
     assert advantages[:4] == pytest.approx([1.5, -0.5, -0.5, -0.5], rel=1e-5)  # verl's GRPO, kept as is
     assert advantages[4:8] == [0.0] * 4
     assert metrics["policy/kept_fraction"] == 0.5  # over the 8 real responses
-    assert "rollout_is_weights" in out.fields
+    assert metrics["policy/verl_is_weight_mean"] == pytest.approx(token_mean(verl_weights))
+    assert metrics["policy/is_weight_mean"] == pytest.approx(token_mean([k * w for k, w in zip(kept, verl_weights)]))
+
+
+def test_a_mixers_batches_follow_its_proportions_and_their_counts_are_logged(transfer_queue, recipe, tmp_path):
+    """A static mixer: every batch verl's own fetch draws has the proportions' counts (3:1:2 of 6 prompts), logged per
+    domain with the step's metrics; the update is the control's (weights: verl's own)."""
+    arm = ArmSpec("static", {"proportions": [0.5, 1 / 6, 1 / 3]}, "mix", "static 3:1:2")
+    trainer = make_trainer(recipe, arm, tmp_path)
+    for step in (1, 2):
+        batch = trainer._fetch_one_gen_batch()  # verl's own fetch, as in prepare_step
+        drawn = np.unique(list(batch["domain"]), return_counts=True)
+        assert dict(zip(*drawn)) == {"logic": 3, "math": 1, "science": 2}
+        trainer.global_steps = step
+        verl_weights = [0.5, 2.0, 1.0, 1.0, 0.75, 1.0, 1.0, 1.0]
+        uids = [f"m{step}"] * 4 + [f"n{step}"] * 4
+        domains = ["logic"] * 4 + ["science"] * 4
+        weights, _, metrics = compute_advantage(transfer_queue, trainer, uids, domains, verl_weights)
+        assert [metrics[f"policy/mix/count/{d}"] for d in ("logic", "math", "science")] == [3.0, 1.0, 2.0]
+        assert weights[:8] == [[w] * n for w, n in zip(verl_weights, LENGTHS)]
+        assert metrics["policy/is_weight_mean"] == metrics["policy/verl_is_weight_mean"]
