@@ -24,8 +24,12 @@ sets; the tag `mlflow.experimentKind` is not read for it.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
+import os
+import shutil
+import sqlite3
 import tempfile
 import time
 from collections.abc import Mapping
@@ -38,6 +42,7 @@ from mlflow import MlflowClient
 from mlflow.artifacts import download_artifacts
 from mlflow.entities import Metric, Param, RunTag
 from ray.tune import Callback
+from sqlalchemy.engine import make_url
 
 from tune_dfrl.backend import ACCURACY, LENGTH, RESULT_PREFIXES, SCORE
 from tune_dfrl.benchmarks import BenchmarkInfo, BenchmarkSet
@@ -62,6 +67,56 @@ SAVED_VIEW_TAG = "mlflow.sharedViewState."  # MLflow 3.17.2's UI: experiment tag
 def default_tracking_uri(out_dir: Path) -> str:
     """The default store: sqlite in the output directory."""
     return f"sqlite:///{out_dir / 'mlflow.db'}"
+
+
+def new_sqlite_store(tracking_uri: str, artifact_location: str) -> None:
+    """Create the database of a sqlite `tracking_uri` that does not exist yet as a copy of an empty store.
+
+    MLflow builds a new sqlite store by running every schema migration of its history: 2-5 s on two cores, in
+    every new search folder. The empty store is built that way once per MLflow version, by MLflow, in the shared
+    cache (`<cache>/mlflow/empty-<version>.db`, beside the base models and controls); a copy takes milliseconds and
+    MLflow opens it as its own. The copy's Default experiment (id 0, which MLflow would put under `./mlruns` of the
+    folder the search started in) gets `<artifact_location>/0`. A cache that cannot be written leaves the store to
+    MLflow."""
+    if not tracking_uri.startswith("sqlite:") or not (database := make_url(tracking_uri).database):
+        return
+    target = Path(database)
+    if target.exists():
+        return
+    try:
+        template = _empty_store()
+    except OSError:
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    shutil.copyfile(template, partial)
+    now = int(time.time() * 1000)
+    with sqlite3.connect(partial) as db:
+        db.execute(
+            "UPDATE experiments SET artifact_location = ?, creation_time = ?, last_update_time = ? "
+            "WHERE experiment_id = 0",
+            (f"{artifact_location.rstrip('/')}/0", now, now),
+        )
+    db.close()
+    os.replace(partial, target)
+
+
+def _empty_store() -> Path:
+    """The cache's empty store of the installed MLflow, built by MLflow on first use."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    from tune_dfrl.trainers.embedded.base import default_cache_dir
+
+    template = default_cache_dir() / "mlflow" / f"empty-{importlib.metadata.version('mlflow')}.db"
+    if template.exists():
+        return template
+    template.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=template.parent) as folder:
+        building = Path(folder) / "mlflow.db"
+        store = SqlAlchemyStore(f"sqlite:///{building}", Path(folder).as_uri())
+        store.engine.dispose()
+        os.replace(building, template)
+    return template
 
 
 def _is_server(tracking_uri: str) -> bool:
@@ -156,6 +211,8 @@ class SearchTracker(Callback):
         resume: bool = False,
     ) -> None:
         self.tracking_uri = tracking_uri
+        if artifact_location is not None:
+            new_sqlite_store(tracking_uri, artifact_location)
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.experiment = experiment
         self.space, self.control_id, self.metric = space, control_id, metric
