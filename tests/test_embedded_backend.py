@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -21,6 +23,20 @@ def _refused(arm: ArmSpec, recipe: dict, tmp_path: Path, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         EmbeddedBackend({"cache_dir": str(cache), **recipe}).run_trial(arm, 0, reported.append, tmp_path / "ckpt")
     assert reported == [] and not (tmp_path / "ckpt").exists() and not cache.exists()
+
+
+def test_the_search_driver_builds_the_backend_without_importing_transformers_models_or_verl():
+    """The driver reads the recipe, validates arms and checks the base model; only trials train. transformers'
+    model classes and verl's loss functions (which import them) are seconds of imports per search."""
+    driver = (
+        "import sys; import tune_dfrl.search; from tune_dfrl.backend import ArmSpec;"
+        "from tune_dfrl.backend_registry import get_backend; backend = get_backend('embedded', {});"
+        "backend.validate(ArmSpec('difffilter', {'low': 0.3, 'high': 0.7}, 'band', 'band'));"
+        "print(sorted(m for m in ('transformers.modeling_utils', 'verl') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "[]"
 
 
 def test_backend_contract():

@@ -24,12 +24,12 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from filelock import FileLock
 from rich.progress import Progress
-from transformers import Qwen2ForCausalLM
 
 from tune_dfrl.constraints import COUNT, POSITIVE, Interval, check_declared, declared
 
@@ -37,6 +37,9 @@ from .benchmarks import BENCHMARKS, training_pools
 from .model import ALPHABET, PAD_ID, EncodedItems, ModelShape, build_tokenizer, encode_items, new_model, save_model
 from .rollout import response_log_probs
 from .tasks import DOMAINS, KINDS
+
+if TYPE_CHECKING:
+    from transformers import Qwen2ForCausalLM
 
 FORMAT_VERSION = 1
 

@@ -9,10 +9,10 @@ parse (malformed or without eos). The aggregates over the evaluated benchmarks a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from tune_dfrl.benchmarks import BenchmarkSet, milestone_aggregates
 
@@ -20,6 +20,9 @@ from .benchmarks import Benchmark
 from .model import decode_responses, encode_items
 from .rollout import generate
 from .tasks import Item, parse
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 
 @dataclass(frozen=True)

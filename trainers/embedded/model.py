@@ -1,14 +1,20 @@
-"""The tiny policy: a small Qwen2 decoder with a character-level tokenizer, saved as a HF model directory."""
+"""The tiny policy: a small Qwen2 decoder with a character-level tokenizer, saved as a HF model directory.
+
+transformers is imported where a model or tokenizer is made: its model classes take seconds to import, and the
+search driver, which imports this backend for its recipe's declaration, never makes one."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 PAD_ID, EOS_ID = 0, 1
@@ -17,6 +23,8 @@ ALPHABET = " abcdefghijklmnopqrstuvwxyz0123456789+-*=?:>,&|~()"
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
     """One token per character of ALPHABET plus pad / eos / unk; left padding for generation."""
+    from transformers import PreTrainedTokenizerFast
+
     vocab = {t: i for i, t in enumerate([PAD, EOS, UNK, *ALPHABET])}
     core = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
@@ -39,6 +47,8 @@ class ModelShape:
 
 def new_model(shape: ModelShape, vocab_size: int, generator: torch.Generator) -> Qwen2ForCausalLM:
     """A freshly initialised model: N(0, 0.02) weights drawn from `generator`, zero biases, unit norms."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
     config = Qwen2Config(
         vocab_size=vocab_size,
         hidden_size=shape.hidden,
@@ -66,6 +76,8 @@ def new_model(shape: ModelShape, vocab_size: int, generator: torch.Generator) ->
 
 def load_model(path: Path) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
     """Model and tokenizer from a directory written by `save_model` (a valid HF model directory)."""
+    from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
+
     model = Qwen2ForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.eval()
     return model, PreTrainedTokenizerFast.from_pretrained(path)

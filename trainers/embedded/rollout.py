@@ -9,8 +9,12 @@ differentiable log-prob pass (gradients from all repeats flow back into the one 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
-from transformers import PreTrainedModel
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 def _prefill(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, repeats: int):

@@ -28,7 +28,6 @@ from tune_dfrl.policies import DomainSampler, Mixer, Policy, RolloutBatch, Sampl
 from tune_dfrl.backend import ArmSpec
 
 from .benchmarks import training_pools
-from .grpo import GRPOObjective
 from .model import EncodedItems, encode_items, load_model
 from .recipe import EmbeddedRecipe
 from .rollout import generate, response_log_probs
@@ -68,6 +67,8 @@ class GRPOTrainer:
         self.sampler = DomainSampler([len(pools[d]) for d in DOMAINS], seed)
         self.generator = torch.Generator().manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0]))
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=recipe.lr)
+        from .grpo import GRPOObjective  # verl's loss functions: seconds of imports the search driver never needs
+
         self.objective = GRPOObjective(recipe.clip_ratio, recipe.kl_coef, recipe.rollout_n)
         self.steps_done = 0
 
