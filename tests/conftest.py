@@ -49,14 +49,14 @@ def embedded_cache():
 # `--loadscope-reorder` would instead send the modules with the most tests first, which puts these last.)
 LONG_MODULES = (
     "test_verl_search_cpu.py",
-    "test_verl_cpu_run.py",
     "test_reliability_servers.py",
+    "test_verl_cpu_run.py",
     "test_reliability_hangs.py",
     "test_reliability_lost_trials.py",
-    "test_verl_search.py",
-    "test_reliability_resume.py",
-    "test_search_sequential.py",
     "test_reliability_kills.py",
+    "test_search_sequential.py",
+    "test_reliability_resume.py",
+    "test_verl_search.py",
 )
 
 

@@ -147,6 +147,23 @@ def test_milestones_are_verls_validation_and_the_plugin_trainer_ran(searched, fi
             assert kept == 1.0 if row["method"] == "baseline" else 0.0 <= kept <= 1.0
 
 
+def test_the_arms_band_drops_responses_of_the_controls_rollouts_and_changes_verls_loss(searched) -> None:
+    """Paired seeds sample the same rollouts at step 1 (same seed, same base weights); the difffilter arm's band keeps
+    some groups' responses only, which changes the loss verl's actor computed. (The searcher's seed fixes the arm:
+    low 0.625, high 0.875, inclusive, which keeps the groups of solve rate 3/4.) A step's means, from the milestone
+    rows; a milestone validated from a checkpoint (training log lost with a paused run) has none."""
+    out, _ = searched
+    control = control_id(out)
+    step_1 = {cell: rows[0]["train"] for cell, rows in cells(out).items() if rows[0]["step"] == 1 and rows[0]["train"]}
+    paired = [(step_1.get((control, seed)), means) for (arm, seed), means in step_1.items() if arm != control]
+    paired = [(baseline, arm) for baseline, arm in paired if baseline]
+    assert paired
+    for baseline, arm in paired:
+        assert arm["critic/score/mean"] == baseline["critic/score/mean"]  # the same rollouts
+        assert baseline["policy/kept_fraction"] == 1.0 and 0.0 < arm["policy/kept_fraction"] < 1.0
+        assert arm["actor/pg_loss"] != baseline["actor/pg_loss"]
+
+
 def test_mlflow_holds_parent_and_child_runs(searched) -> None:
     out, _ = searched
     client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
