@@ -257,14 +257,17 @@ def resume_search(command: list[str], root: Path, env: dict[str, str], ray_tmp: 
 # and the token authentication of its environment; prints one JSON line (the address; each node's id and raylet
 # pid, the head's GCS pid), then holds the cluster until it is stopped. On SIGUSR1 it adds another worker node like
 # the first and prints `{"worker": {...}}` for it (a test that killed the worker node gets a new one). Ray's address
-# file of the machine goes in TEMP_DIR/ray too.
+# file of the machine goes in TEMP_DIR/ray too. The GCS checks each node every second and marks it dead after 3
+# failed checks (Ray's defaults: every 3 s, 5 failures), so a killed node is lost in seconds; a check of a slow but
+# live node fails only after Ray's default 10 s without an answer.
 TWO_NODES = """import json, os, signal, sys, time
 os.environ["RAY_TMPDIR"] = sys.argv[1]
 os.makedirs(os.path.join(sys.argv[1], "ray"), exist_ok=True)
 from ray._private import ray_constants
 from ray.cluster_utils import Cluster
 nodes = {"num_cpus": 1, "include_dashboard": False}
-cluster = Cluster(initialize_head=True, head_node_args={**nodes, "temp_dir": sys.argv[1]})
+checks = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}
+cluster = Cluster(initialize_head=True, head_node_args={**nodes, "temp_dir": sys.argv[1], "_system_config": checks})
 worker = cluster.add_node(**nodes)
 cluster.wait_for_nodes()
 def described(node):
