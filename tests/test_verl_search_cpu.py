@@ -155,8 +155,11 @@ def test_the_arms_band_drops_responses_of_the_controls_rollouts_and_changes_verl
     out, _ = searched
     control = control_id(out)
     step_1 = {cell: rows[0]["train"] for cell, rows in cells(out).items() if rows[0]["step"] == 1 and rows[0]["train"]}
-    paired = [(step_1.get((control, seed)), means) for (arm, seed), means in step_1.items() if arm != control]
-    paired = [(baseline, arm) for baseline, arm in paired if baseline]
+    paired = [
+        (step_1[(control, seed)], means)
+        for (arm, seed), means in step_1.items()
+        if arm != control and (control, seed) in step_1
+    ]
     assert paired
     for baseline, arm in paired:
         assert arm["critic/score/mean"] == baseline["critic/score/mean"]  # the same rollouts

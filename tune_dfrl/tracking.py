@@ -89,16 +89,19 @@ def new_sqlite_store(tracking_uri: str, artifact_location: str) -> None:
         return
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    shutil.copyfile(template, partial)
-    now = int(time.time() * 1000)
-    with sqlite3.connect(partial) as db:
-        db.execute(
-            "UPDATE experiments SET artifact_location = ?, creation_time = ?, last_update_time = ? "
-            "WHERE experiment_id = 0",
-            (f"{artifact_location.rstrip('/')}/0", now, now),
-        )
-    db.close()
-    os.replace(partial, target)
+    try:
+        shutil.copyfile(template, partial)
+        now = int(time.time() * 1000)
+        with sqlite3.connect(partial) as db:
+            db.execute(
+                "UPDATE experiments SET artifact_location = ?, creation_time = ?, last_update_time = ? "
+                "WHERE experiment_id = 0",
+                (f"{artifact_location.rstrip('/')}/0", now, now),
+            )
+        db.close()
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)  # a copy that failed half-way is not left in the search folder
 
 
 def _empty_store() -> Path:
