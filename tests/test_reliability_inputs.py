@@ -15,6 +15,8 @@ from types import SimpleNamespace
 import pytest
 from reliability_helpers import TINY
 
+from tune_dfrl.cache_root import default_cache_dir
+from tune_dfrl.control_cache import default_cache_root
 from tune_dfrl.guarded import Guarded
 from tune_dfrl.results import ResultsLog, append_record, read_records, repair_log
 from tune_dfrl.resume import FolderInUse, check_folder_free, hold_folder
@@ -125,6 +127,16 @@ def test_stores_and_caches_that_cannot_be_written_are_refused_up_front(
     refused(tmp_path, "control_cache=auto", match=r"control_cache=.*controls is a file, not a folder")
     monkeypatch.setenv("TUNE_DFRL_CACHE", str(a_file / "cache"))
     refused(tmp_path, match=r"TUNE_DFRL_CACHE=.*a_file is a file, not a folder")
+
+
+def test_a_cache_named_from_home_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`TUNE_DFRL_CACHE=~/...` names a folder in the home folder (the base models, the empty MLflow store and, in
+    `controls/`, the control cache), not a folder named `~` in the working folder."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TUNE_DFRL_CACHE", "~/tdfrl")
+    monkeypatch.chdir(tmp_path)
+    assert default_cache_dir() == tmp_path / "home" / "tdfrl"
+    assert default_cache_root() == tmp_path / "home" / "tdfrl" / "controls"
 
 
 # ------------------------------------------------------------------------------ one search per folder (case 2)

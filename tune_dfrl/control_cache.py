@@ -25,6 +25,7 @@ from typing import Any
 
 from ray.tune import Callback
 
+from tune_dfrl.cache_root import default_cache_dir
 from tune_dfrl.results import read_records, write_records
 
 MILESTONE_FIELDS = (
@@ -61,8 +62,6 @@ def code_digest() -> str:
 
 def default_cache_root() -> Path:
     """`controls/` in the shared tune_dfrl cache (the base-model cache's folder)."""
-    from tune_dfrl.trainers.embedded.base import default_cache_dir
-
     return default_cache_dir() / "controls"
 
 

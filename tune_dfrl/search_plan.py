@@ -26,6 +26,7 @@ import yaml
 from tune_dfrl.backend import SCORE, ArmSpec, Backend
 from tune_dfrl.backend_registry import backend_errors, get_backend
 from tune_dfrl.benchmarks import BUILTIN_AGGREGATIONS
+from tune_dfrl.cache_root import CACHE_ENV, default_cache_dir
 from tune_dfrl.control_cache import default_cache_root
 from tune_dfrl.resume import LOCK, STATE_FORMAT, check_folder_free, check_state_format, describe_differences
 from tune_dfrl.sequential import SequentialRule
@@ -374,8 +375,8 @@ def _check_storage(plan: Plan) -> None:
     check_sqlite_file("out", plan.out / OPTUNA_DB)
     if plan.control_cache is not None:
         check_folder("control_cache", plan.control_cache)
-    if os.environ.get("TUNE_DFRL_CACHE"):
-        check_folder("TUNE_DFRL_CACHE", Path(os.environ["TUNE_DFRL_CACHE"]).expanduser().absolute())
+    if os.environ.get(CACHE_ENV):
+        check_folder(CACHE_ENV, default_cache_dir().absolute())
 
 
 def check_out(plan: Plan) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from sqlalchemy.engine import make_url
 
 from tune_dfrl.backend import ACCURACY, LENGTH, RESULT_PREFIXES, SCORE
 from tune_dfrl.benchmarks import BenchmarkInfo, BenchmarkSet
+from tune_dfrl.cache_root import default_cache_dir
 from tune_dfrl.ledger import PairedLedger
 from tune_dfrl.results import RECORD_FILES, SearchRecord
 from tune_dfrl.rungs import ArmDecision
@@ -107,8 +108,6 @@ def new_sqlite_store(tracking_uri: str, artifact_location: str) -> None:
 def _empty_store() -> Path:
     """The cache's empty store of the installed MLflow, built by MLflow on first use."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-    from tune_dfrl.trainers.embedded.base import default_cache_dir
 
     template = default_cache_dir() / "mlflow" / f"empty-{importlib.metadata.version('mlflow')}.db"
     if template.exists():

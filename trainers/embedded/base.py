@@ -18,7 +18,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -31,6 +30,7 @@ import torch
 from filelock import FileLock
 from rich.progress import Progress
 
+from tune_dfrl.cache_root import default_cache_dir
 from tune_dfrl.constraints import COUNT, POSITIVE, Interval, check_declared, declared
 
 from .benchmarks import BENCHMARKS, training_pools
@@ -77,11 +77,6 @@ class BaseRecipe:
             values["shape"] = ModelShape(**values["shape"])
         recipe = cls(**values)
         return dataclasses.replace(recipe, **check_declared(recipe, "backend.base."))
-
-
-def default_cache_dir() -> Path:
-    """$TUNE_DFRL_CACHE, else ~/.cache/tune_dfrl."""
-    return Path(os.environ.get("TUNE_DFRL_CACHE") or Path.home() / ".cache" / "tune_dfrl")
 
 
 @cache
