@@ -152,6 +152,22 @@ def test_run_trial_reports_milestones_and_leaves_no_process(recipe, tmp_path):
     assert len(reported) == 2 and not (tmp_path / "ckpt" / "stand_in.json").exists()
 
 
+def test_the_child_is_killed_at_its_final_milestone_unless_verl_writes_after_its_last_log(recipe, tmp_path):
+    """verl's own shutdown after its last log line (the stand-in's: 60 s) is not waited for: once the final
+    milestone is delivered the child's group is killed, the trial succeeds and no process is left. A recipe whose
+    overrides ask verl for output it writes after that line (another logger) waits for the child's own exit."""
+    arm, reported = ArmSpec("baseline", {}, "arm0", "baseline"), []
+    began = time.monotonic()
+    stand_in(recipe, "--shutdown-seconds", "60").run_trial(arm, 0, reported.append, tmp_path / "killed")
+    assert time.monotonic() - began < 40 and [m.step for m in reported] == [2, 4]
+    assert wait_all_gone(child_pids(tmp_path / "killed"), timeout_s=5) == []
+
+    logged = {**recipe, "overrides": ["trainer.logger=[console,file,wandb]"]}
+    began = time.monotonic()
+    stand_in(logged, "--shutdown-seconds", "3").run_trial(arm, 0, reported.append, tmp_path / "waited")
+    assert time.monotonic() - began >= 3 and [m.step for m in reported] == [2, 4, 2, 4]
+
+
 def test_a_rerun_reports_the_milestone_checkpointed_but_never_logged(recipe, tmp_path):
     """verl saves a milestone's checkpoint before it validates and logs that step: killed in between,
     the rerun validates the checkpoint first, then trains on, no step twice."""

@@ -19,6 +19,7 @@ from tune_dfrl.trainers.verl.recipe import (
     compose_verl_config,
     cuda_settings,
     default_recipe,
+    ends_at_final_milestone,
     hydra_quote,
     ray_temp_dir,
 )
@@ -228,3 +229,17 @@ def test_verls_helper_processes_scale_with_the_trials_cpus_on_both_devices(tmp_p
         assert config["actor_rollout_ref.rollout.agent.num_workers"] == helpers
         assert config["reward.num_workers"] == helpers
         assert config["transfer_queue.backend.SimpleStorage.num_data_storage_units"] == helpers
+
+
+@pytest.mark.parametrize(
+    ("overrides", "ends"),
+    [
+        ((), True),
+        (("actor_rollout_ref.actor.optim.lr=1e-5", "trainer.log_val_generations=4"), True),
+        (("trainer.logger=[console,file,wandb]",), False),
+        (("+trainer.rollout_data_dir=/tmp/rollouts",), False),
+        (("actor_rollout_ref.actor.checkpoint.async_save=true",), False),
+    ],
+)
+def test_a_trial_ends_at_its_final_milestone_unless_verl_writes_after_its_last_log(overrides, ends):
+    assert ends_at_final_milestone(make_recipe(overrides=list(overrides))) is ends

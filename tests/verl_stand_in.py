@@ -21,7 +21,7 @@ its pids, the environment and the overrides go to `stand_in.json` next to the me
 
 Options before the overrides: --step-seconds S (sleep per step), --crash-after K (after step K
 print a traceback and exit 3), --exit-after-checkpoint K (exit 137, as if killed, right after
-saving step K's checkpoint), --start-ray (start Ray as verl's main_ppo does, `ray.init(**ray_kwargs.ray_init)`,
+saving step K's checkpoint), --shutdown-seconds S (sleep after the last log line, as verl's shutdown), --start-ray (start Ray as verl's main_ppo does, `ray.init(**ray_kwargs.ray_init)`,
 and record in stand_in.json what that Ray is: its GCS address, nodes, resources and the addresses its
 processes listen on).
 
@@ -101,6 +101,7 @@ def main() -> int:
     parser.add_argument("--step-seconds", type=float, default=0.0)
     parser.add_argument("--crash-after", type=int, default=0)
     parser.add_argument("--exit-after-checkpoint", type=int, default=0)
+    parser.add_argument("--shutdown-seconds", type=float, default=0.0)
     parser.add_argument("--start-ray", action="store_true")
     options, raw = parser.parse_known_args()
     overrides = {o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(raw)}
@@ -172,6 +173,7 @@ def main() -> int:
             if options.crash_after and step >= options.crash_after:
                 print("Traceback (most recent call last):\nRuntimeError: stand-in CUDA out of memory", file=sys.stderr)
                 return 3
+    time.sleep(options.shutdown_seconds)
     return 0
 
 

@@ -285,6 +285,20 @@ def policy_json(arm: ArmSpec) -> str:
     return json.dumps({"method": arm.method, "params": arm.params, "arm_id": arm.arm_id}, sort_keys=True)
 
 
+# verl settings under which a run still writes something the user may want after it logs its final step: other
+# loggers (`trainer.logger`), rollout dumps (`trainer.rollout_data_dir`, written by a background executor), an
+# asynchronous checkpoint (`...checkpoint.async_save`)
+WRITES_AFTER_LAST_LOG = ("trainer.logger", "trainer.rollout_data_dir", "async_save")
+
+
+def ends_at_final_milestone(recipe: VerlRecipe) -> bool:
+    """Whether a trial's verl run may be killed once its final milestone is delivered: verl has then saved the
+    final checkpoint (before it validates) and logged everything the search reads. Not when the recipe's
+    `overrides` set a key of WRITES_AFTER_LAST_LOG (the last dotted parts)."""
+    keys = [override.split("=", 1)[0].lstrip("+~") for override in recipe.overrides]
+    return not any(key == name or key.endswith(f".{name}") for key in keys for name in WRITES_AFTER_LAST_LOG)
+
+
 def build_overrides(
     recipe: VerlRecipe, arm: ArmSpec, seed: int, checkpoint_dir: Path, validate_first: bool = False
 ) -> list[str]:
