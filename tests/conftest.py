@@ -50,7 +50,6 @@ def embedded_cache():
 LONG_MODULES = (
     "test_verl_search_cpu.py",
     "test_reliability_servers.py",
-    "test_verl_cpu_run.py",
     "test_reliability_hangs.py",
     "test_reliability_lost_trials.py",
     "test_reliability_kills.py",

@@ -1,12 +1,17 @@
-"""Real verl on CPU through the search CLI: `verl.trainer.main_ppo` children running our plugin trainer.
+"""Real verl on CPU: `verl.trainer.main_ppo` children running our plugin trainer (device cpu: the CPU platform and
+the HF rollout) on the embedded backend's base model, exported, through the search CLI and `VerlBackend.run_trial`.
 
-Two runs, shared by the tests (a verl CPU trial takes one to four minutes to start and ~4.5 GB):
+Three runs, shared by the tests (a verl CPU trial starts ~30 processes in 30-60 s and takes ~4.5 GB):
 
 - `searched`: benchmarks/verl_cpu_e2e.py's search at the sizing and scheduler a user gets by default, i.e.
   `python -m tune_dfrl.search space=difffilter_band backend=verl backend.device=cpu ...` with only the recipe
-  and the paths set, on the exported tiny model and tasks: the control + 1 difffilter arm x 2 seeds x 2
-  steps, a milestone (verl validation) every step, two trials at a time on this 2-CPU machine, the paired
-  scheduler pausing each arm's first seed at its rung (step 1) until the other arrives (issue 25: this hung);
+  and the paths set, plus verl's token-level rollout importance weights (`ROLLOUT_IS`: the plugin's hook must pass
+  them on), on the exported tiny model and tasks: the control + 1 difffilter arm x 2 seeds x 2 steps (8 prompts x
+  4 responses of at most 8 tokens, the KL loss with its reference model), a milestone (verl validation) every step,
+  two trials at a time on this 2-CPU machine, the paired scheduler pausing each arm's first seed at its rung (step
+  1) until the other arrives (issue 25: this hung);
+- `crashed`: one control cell of that search trained again by `VerlBackend.run_trial` with the search's recipe in
+  another folder, every verl process killed as its step-1 milestone arrives, then rerun;
 - `resumed`: the same search (same recipe and arm) one trial at a time (`ray.num_cpus=1`, no rung), its control
   taken from the first search's control cache (only the arm's 2 trials train), its driver killed with SIGKILL once
   a trial has checkpointed step 1 and not finished, then the same command with resume=true.
@@ -16,21 +21,26 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
 from reliability_helpers import (
+    LOOPBACK,
     alive,
+    listening,
     records,
     resume_search,
     search_command,
     short_tmp,
+    signal_all,
     start,
     stop,
     trained_steps,
@@ -38,7 +48,11 @@ from reliability_helpers import (
     wait_for,
 )
 from tune_dfrl.trainers.embedded.base import BaseRecipe, ensure_base_model
-from tune_dfrl.trainers.verl.recipe import ray_temp_dir
+from tune_dfrl.trainers.verl import timeline
+from tune_dfrl.trainers.verl.backend import VerlBackend
+from tune_dfrl.trainers.verl.recipe import OBJECT_STORE_BYTES, hydra_quote, private_ray_logical_cpus, ray_temp_dir
+
+from tune_dfrl.backend import ArmSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("verl_cpu_e2e", ROOT / "benchmarks" / "verl_cpu_e2e.py")
@@ -49,6 +63,7 @@ pytestmark = pytest.mark.timeout(3600)
 
 ARMS, SEEDS, STEPS = 1, 2, 2  # one arm: the scheduler's choices between arms are the embedded searches' tests
 BASE_STEPS = 150
+ROLLOUT_IS = f"backend.overrides=[{hydra_quote('algorithm.rollout_correction.rollout_is=token')}]"
 Cell = tuple[str, int]
 
 
@@ -86,7 +101,7 @@ def searched(files, control_cache, tmp_path_factory) -> tuple[Path, dict]:
     timeline"), longer beside the rest of `make test`."""
     root = tmp_path_factory.mktemp("verl_cpu_search")
     out = root / "out"
-    args = e2e.search_args(files, "cpu", ARMS, SEEDS, STEPS, out, control_cache, one_at_a_time=False)
+    args = [*e2e.search_args(files, "cpu", ARMS, SEEDS, STEPS, out, control_cache, one_at_a_time=False), ROLLOUT_IS]
     done = subprocess.run(
         [sys.executable, "-m", "tune_dfrl.search", *args],
         env=e2e.search_env(),
@@ -183,6 +198,130 @@ def test_no_verl_process_or_private_ray_folder_outlives_the_search(searched) -> 
     assert [cell for cell in cells(out) if ray_temp_dir(trial_dir(out, cell)).exists()] == []
 
 
+def uninterrupted_control(out: Path) -> Cell:
+    """A control cell that verl trained in one start, every step logged (of an arm's two seeds, the one that
+    arrived second at the rung was never paused)."""
+    control = control_id(out)
+    for cell in sorted(cells(out)):
+        one_start = len(records(trial_dir(out, cell) / "verl_runs.jsonl")) == 1
+        if cell[0] == control and one_start and trained_steps(verl_records(out, cell)) == list(range(1, STEPS + 1)):
+            return cell
+    raise AssertionError(f"no control cell of {out} trained every step in one verl start")
+
+
+def test_verl_trained_grpo_steps_with_the_kl_loss_and_its_importance_weights_reached_the_hook(searched) -> None:
+    """verl's own log of a control trial: every step trained (a gradient, a GRPO signal in a group whose responses
+    differ, solved and unsolved responses), the rollout's log-probs the actor's, the GPU recipe's KL loss to the
+    FSDP2 reference model (offloaded, unpinned) computed and added, verl's token-level importance weights passed by
+    the plugin's hook unchanged (the control's own weights are 1), and validated (a milestone every step)."""
+    out, _ = searched
+    logged = {r["step"]: r["data"] for r in verl_records(out, uninterrupted_control(out))}
+    for step in range(1, STEPS + 1):
+        record = logged[step]
+        assert any(key.startswith("val-core/") for key in record)
+        assert record["actor/grad_norm"] > 0 and math.isfinite(record["actor/pg_loss"])
+        assert record["critic/advantages/max"] > 0 and 0 < record["critic/score/mean"] < 1
+        assert record["training/rollout_probs_diff_max"] < 0.05
+        assert record["timing_s/ref"] > 0 and record["actor/kl_coef"] == 0.001
+        # 0 here: after one step at lr 1e-4 the actor's bf16 log-probs still equal the reference's
+        assert record["actor/kl_loss"] >= 0 and math.isfinite(record["actor/kl_loss"])
+        verl_weights = record["policy/verl_is_weight_mean"]
+        assert verl_weights != 1.0 and record["policy/is_weight_mean"] == verl_weights
+
+
+def test_each_trials_private_ray_has_the_trials_size_and_a_bounded_object_store(searched) -> None:
+    """verl's TaskRunner saw a Ray instance of `private_ray_logical_cpus` CPUs, one logical GPU and an object store of
+    OBJECT_STORE_BYTES (Ray's default: 30% of this machine's memory, per trial), at every start of every cell; its
+    folder is in the system's temporary folder (a trial folder's path is too long for Ray's sockets)."""
+    out, _ = searched
+    size = {
+        "CPU": private_ray_logical_cpus(VerlBackend(search_plan(out)["recipe"]).config),
+        "GPU": 1.0,
+        "object_store_memory": OBJECT_STORE_BYTES,
+    }
+    for cell in cells(out):
+        inits = [e for e in timeline.read(trial_dir(out, cell) / timeline.FILE_NAME) if e["event"] == "trainer_init"]
+        assert inits and all(init["ray"] == size for init in inits), cell
+        assert ray_temp_dir(trial_dir(out, cell)).parent == Path(tempfile.gettempdir())
+
+
+def same_numbers(record: dict) -> dict:
+    """A verl metrics record without its clock readings (`timing_s/`, `timing_per_token_ms/`, `perf/` and
+    `actor/perf/`: seconds, throughput, memory)."""
+    clock = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/")
+    return {k: v for k, v in record.items() if not k.startswith(clock)}
+
+
+class Crash(RuntimeError):
+    """Raised by the search's side of a trial that died before it could record a milestone."""
+
+
+def test_a_killed_trial_validates_the_milestone_it_lost_then_continues_with_the_numbers_of_an_uninterrupted_one(
+    searched, tmp_path_factory
+) -> None:
+    """A control cell of the search trained again by `VerlBackend.run_trial` with the search's recipe, in another
+    folder, crashing as a whole as its step-1 milestone arrives: every verl process is SIGKILLed and the milestone is
+    never recorded; verl's log of step 1 is lost too (as when the trial dies between verl's checkpoint of a step and
+    that step's validation). The rerun finds a checkpoint newer than the last milestone, validates it before
+    training (milestone 1: validation only, no training means, the killed start's accuracy: the checkpoint's
+    weights, greedy decoding), trains step 2 only, reports its milestone, and leaves no process and no private Ray
+    folder behind. Minutes: two verl starts in sequence.
+
+    Same arm, same seed, same numbers: the killed start's step 1 and the rerun's step 2 are the search's
+    uninterrupted trial's, bit for bit (clock readings aside), and so are the milestones. Each response is seeded
+    by its index in its group and the update sees the responses in submission order (trainers/verl/cpu/rollout.py,
+    trainers/verl/trainer.py), not in the order they finished."""
+    out, _ = searched
+    cell = uninterrupted_control(out)
+    plan = search_plan(out)
+    backend, control = VerlBackend(plan["recipe"]), ArmSpec(**plan["control"])
+    trial, first, killed, sockets = tmp_path_factory.mktemp("verl_cpu_crash") / "control", [], set(), set()
+
+    def crash(milestone) -> None:
+        first.append(milestone)
+        killed.update(verl_trees(trial))
+        signal_all(killed, signal.SIGSTOP)  # frozen at once: verl checkpoints step 2 within a second otherwise
+        sockets.update(listening(killed))  # (slow: every socket of ~30 processes)
+        signal_all(killed, signal.SIGKILL)
+        raise Crash("the trial died before it recorded the milestone")
+
+    with pytest.raises(Crash):
+        backend.run_trial(control, cell[1], crash, trial)
+    assert [m.step for m in first] == [1] and len(killed) >= 3  # supervisor, main_ppo and its Ray at least
+    # the running trial's processes listen on loopback only: its private Ray, and its process group's rendezvous
+    # is a file (cpu_env's DIST_INIT_METHOD), not a TCPStore on every interface
+    assert len(sockets) > 10 and {s for s in sockets if s[1] not in LOOPBACK} == set(), sockets
+    assert not (trial / "milestones.jsonl").exists()
+    killed_log = records(trial / "verl_metrics.jsonl")
+    assert trained_steps(killed_log) == [1]
+    killed_step_1 = same_numbers(killed_log[0]["data"])
+    assert int((trial / "verl" / "latest_checkpointed_iteration.txt").read_text()) == 1
+    (trial / "verl_metrics.jsonl").unlink()
+    log_at_crash = (trial / "verl.log").stat().st_size
+
+    again: list = []
+    backend.run_trial(control, cell[1], again.append, trial)
+    assert [m.step for m in again] == [1, STEPS]
+    assert again[0].train == {} and again[0].accuracy == first[0].accuracy  # validated from the checkpoint
+    assert again[1].train  # trained, not only validated
+    logged = records(trial / "verl_metrics.jsonl")
+    assert [r["step"] for r in logged] == [1, STEPS] and "timing_s/step" not in logged[0]["data"]
+    assert trained_steps(logged) == [STEPS]
+    uninterrupted = {r["step"]: same_numbers(r["data"]) for r in verl_records(out, cell)}
+    assert len(uninterrupted[1]) > 50 and uninterrupted[1]["actor/pg_loss"] != 0
+    assert {k: killed_step_1[k] for k in uninterrupted[1]} == uninterrupted[1]
+    assert same_numbers(logged[1]["data"]) == uninterrupted[STEPS]
+    milestones = cells(out)[cell]
+    assert [first[0].accuracy, again[1].accuracy] == [row["accuracy"] for row in milestones]
+    starts = records(trial / "verl_runs.jsonl")
+    assert [s["first_step"] for s in starts] == [1, 1]  # the rerun's first record: the validation of step 1
+    with (trial / "verl.log").open("rb") as log:
+        log.seek(log_at_crash)
+        assert b"global_step_1" in log.read()  # the second start loaded the step-1 checkpoint
+    assert not any(alive(pid) for pid in killed)
+    assert verl_trees(trial.parent) == set() and not ray_temp_dir(trial).exists()
+
+
 @dataclass(frozen=True)
 class Resumed:
     out: Path
@@ -202,7 +341,7 @@ def resumed(searched, files, control_cache, tmp_path_factory) -> Resumed:
     root = tmp_path_factory.mktemp("verl_cpu_resume")
     out, ray_tmp = root / "out", short_tmp("rt-verl-")
     one_at_a_time = ("ray.num_cpus=1", "scheduler.name=fifo")  # the first search's recipe (its control is cached)
-    args = e2e.search_args(files, "cpu", ARMS, SEEDS, STEPS, out, control_cache, one_at_a_time=False)
+    args = [*e2e.search_args(files, "cpu", ARMS, SEEDS, STEPS, out, control_cache, one_at_a_time=False), ROLLOUT_IS]
     command = search_command(*args, *one_at_a_time)
     env = {**e2e.search_env(), "RAY_TMPDIR": str(ray_tmp)}
     driver = start(command, cwd=root, env=env, log=root / "interrupted.log")
@@ -296,5 +435,9 @@ def test_the_same_arm_and_seed_give_the_same_milestones(searched, resumed: Resum
                 assert a["train"] == b["train"], cell  # verl's step means, all numbers
 
 
+def search_plan(out: Path) -> dict:
+    return json.loads((out / "search.json").read_text())
+
+
 def control_id(out: Path) -> str:
-    return json.loads((out / "search.json").read_text())["control"]["arm_id"]
+    return search_plan(out)["control"]["arm_id"]
