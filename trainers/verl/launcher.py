@@ -8,7 +8,7 @@ override, so two trials never share a Ray cluster. The parent tails verl's file 
 line) and hands each record to a callback. Whatever happens (normal end, error, an exception
 from the callback) the whole process group is ended before returning; a non-zero exit becomes
 `VerlRunError` carrying the tail of the child's log. Once the caller has every record it needs
-(`done()`), the group is ended instead of waiting for verl's own shutdown (its loggers,
+(`done()`), the group is killed at once instead of waiting for verl's own shutdown (its loggers,
 TransferQueue, its Ray instance and, on GPUs, the rollout engine: seconds per trial), and however
 the child ended is no error.
 
@@ -24,6 +24,7 @@ import math
 import os
 import re
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -38,7 +39,7 @@ from tune_dfrl.backend import Milestone
 from tune_dfrl.benchmarks import BenchmarkSet, milestone_aggregates
 
 from .recipe import BenchmarkSource
-from .supervise import end_group
+from .supervise import end_group, signal_group
 
 POLL_S = 0.5
 LOG_TAIL_LINES = 40
@@ -111,9 +112,17 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def end_process_group(process: subprocess.Popen) -> None:
-    """End the child's process group (`supervise.end_group`) and reap the child."""
-    end_group(process.pid)
+def end_process_group(process: subprocess.Popen, at_once: bool = False) -> None:
+    """End the child's process group (`supervise.end_group`; SIGKILL `at_once`) and reap the child."""
+
+    def alive() -> bool:
+        process.poll()  # reap the leader, or it stays in the group as a zombie
+        return signal_group(process.pid, 0)
+
+    if at_once:
+        signal_group(process.pid, signal.SIGKILL)
+    else:
+        end_group(process.pid, alive)
     process.wait()
 
 
@@ -127,7 +136,7 @@ def run_child(
     done: Callable[[], bool] = lambda: False,
 ) -> None:
     """Run `command` under the supervisor, calling `on_record` for every metrics record it logs, until it exits
-    or, after a record, `done()`: then its group is ended and how it ended is no error."""
+    or, after a record, `done()`: then its group is killed and how it ended is no error."""
     supervised = [sys.executable, "-m", "tune_dfrl.trainers.verl.supervise", str(os.getpid()), "--", *command]
     tail = JsonlTail(metrics_path)
     with log_path.open("ab") as log:
@@ -151,7 +160,7 @@ def run_child(
                 break
             time.sleep(POLL_S)
     finally:
-        end_process_group(process)
+        end_process_group(process, at_once=finished)
     if code != 0 and not finished:
         raise VerlRunError(f"verl exited with code {code}; last lines of {log_path}:\n{log_tail(log_path)}")
 

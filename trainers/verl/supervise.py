@@ -4,7 +4,7 @@ The launcher starts this in a new session, so it leads a process group holding C
 driver) and everything CMD starts (its private Ray instance, workers, rollout servers). It
 exits with CMD's status. When PARENT_PID (the Tune trial process) disappears without ending
 the run itself, e.g. because Tune stopped the trial and ended its actor, the supervisor ends
-the whole group (`end_group`: SIGKILL).
+the whole group: SIGTERM, then SIGKILL after `GRACE_S`.
 
 Ray may SIGKILL the supervisor itself (a dead worker's child processes are killed), which would
 leave the group running. So the supervisor first starts a guard in the group,
@@ -19,16 +19,25 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 
 POLL_S = 0.5
+GRACE_S = 10.0
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def end_group(pgid: int) -> None:
-    """SIGKILL process group `pgid` (a group that no longer exists is no error); from inside the group, the caller
-    too. The one way a verl run's group is ended (here and in launcher.py): a run keeps nothing the trial needs in
-    memory (verl writes a milestone's checkpoint before it validates, and its metrics line before the trial reads
-    it), while its own shutdown on SIGTERM takes seconds (5.1 s for a CPU trial of ~30 processes)."""
+def end_group(pgid: int, alive: Callable[[], bool]) -> None:
+    """SIGTERM process group `pgid`, wait up to `GRACE_S` while `alive()`, then SIGKILL the group.
+
+    The one way a verl run's group is ended (here and in launcher.py). A group that no longer
+    exists is no error; a caller inside the group blocks SIGTERM first.
+    """
+    if not signal_group(pgid, signal.SIGTERM):
+        return
+    deadline = time.monotonic() + GRACE_S
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
     signal_group(pgid, signal.SIGKILL)
 
 
@@ -41,14 +50,29 @@ def signal_group(pgid: int, sig: int) -> bool:
         return False
 
 
+def group_members() -> list[int]:
+    """The live processes of this process group other than this one."""
+    group, me, members = os.getpgrp(), os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == group:
+            members.append(int(entry))
+    return members
+
+
 def guard(supervisor: int) -> int:
-    """Wait for SIGTERM (the supervisor's death signal), then end the group."""
+    """Wait for SIGTERM (the supervisor's death signal, or the group being ended), then end the group."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != supervisor:  # the supervisor died before the death signal was set
         os.kill(os.getpid(), signal.SIGTERM)
     signal.sigwait({signal.SIGTERM})
-    end_group(os.getpgrp())
+    end_group(os.getpgrp(), lambda: bool(group_members()))
     return 0
 
 
@@ -66,7 +90,8 @@ def main(argv: list[str]) -> int:
             return code if code >= 0 else 128 - code
         except subprocess.TimeoutExpired:
             if os.getppid() != parent:
-                end_group(os.getpgrp())
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+                end_group(os.getpgrp(), lambda: child.poll() is None)
 
 
 if __name__ == "__main__":
