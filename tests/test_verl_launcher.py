@@ -152,20 +152,23 @@ def test_run_trial_reports_milestones_and_leaves_no_process(recipe, tmp_path):
     assert len(reported) == 2 and not (tmp_path / "ckpt" / "stand_in.json").exists()
 
 
-def test_the_child_is_killed_at_its_final_milestone_unless_verl_writes_after_its_last_log(recipe, tmp_path):
-    """verl's own shutdown after its last log line (the stand-in's: 60 s) is not waited for: once the final
-    milestone is delivered the child's group is killed, the trial succeeds and no process is left. A recipe whose
-    overrides ask verl for output it writes after that line (another logger) waits for the child's own exit."""
-    arm, reported = ArmSpec("baseline", {}, "arm0", "baseline"), []
+def test_a_cpu_trials_child_is_killed_at_its_final_milestone_unless_verl_writes_after_its_last_log(recipe, tmp_path):
+    """On device cpu, verl's own shutdown after its last log line (the stand-in's: 60 s) is not waited for: once the
+    final milestone is delivered the child's group is killed, the trial succeeds and no process is left. A recipe
+    whose overrides ask verl for output it writes after that line (another logger), and any cuda trial (vLLM's
+    shutdown releases its shared memory), wait for the child's own exit."""
+    arm, cpu = ArmSpec("baseline", {}, "arm0", "baseline"), {**recipe, "device": "cpu", "gpus_per_trial": 1}
+    reported: list[Milestone] = []
     began = time.monotonic()
-    stand_in(recipe, "--shutdown-seconds", "60").run_trial(arm, 0, reported.append, tmp_path / "killed")
+    stand_in(cpu, "--shutdown-seconds", "60").run_trial(arm, 0, reported.append, tmp_path / "killed")
     assert time.monotonic() - began < 40 and [m.step for m in reported] == [2, 4]
     assert wait_all_gone(child_pids(tmp_path / "killed"), timeout_s=5) == []
 
-    logged = {**recipe, "overrides": ["trainer.logger=[console,file,wandb]"]}
-    began = time.monotonic()
-    stand_in(logged, "--shutdown-seconds", "3").run_trial(arm, 0, reported.append, tmp_path / "waited")
-    assert time.monotonic() - began >= 3 and [m.step for m in reported] == [2, 4, 2, 4]
+    logged = {**cpu, "overrides": ["trainer.logger=[console,file,wandb]"]}
+    for name, waits in (("logged", logged), ("cuda", recipe)):
+        began = time.monotonic()
+        stand_in(waits, "--shutdown-seconds", "3").run_trial(arm, 0, reported.append, tmp_path / name)
+        assert time.monotonic() - began >= 3 and [m.step for m in reported][-2:] == [2, 4], name
 
 
 def test_a_rerun_reports_the_milestone_checkpointed_but_never_logged(recipe, tmp_path):
