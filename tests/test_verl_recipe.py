@@ -232,14 +232,16 @@ def test_verls_helper_processes_scale_with_the_trials_cpus_on_both_devices(tmp_p
 
 
 @pytest.mark.parametrize(
-    ("overrides", "ends"),
+    ("device", "overrides", "ends"),
     [
-        ((), True),
-        (("actor_rollout_ref.actor.optim.lr=1e-5", "trainer.log_val_generations=4"), True),
-        (("trainer.logger=[console,file,wandb]",), False),
-        (("+trainer.rollout_data_dir=/tmp/rollouts",), False),
-        (("actor_rollout_ref.actor.checkpoint.async_save=true",), False),
+        ("cpu", (), True),
+        ("cpu", ("actor_rollout_ref.actor.optim.lr=1e-5", "trainer.log_val_generations=4"), True),
+        ("cpu", ("trainer.logger=[console,file,wandb]",), False),
+        ("cpu", ("+trainer.rollout_data_dir=/tmp/rollouts",), False),
+        ("cpu", ("actor_rollout_ref.actor.checkpoint.async_save=true",), False),
+        ("cuda", (), False),
     ],
 )
-def test_a_trial_ends_at_its_final_milestone_unless_verl_writes_after_its_last_log(overrides, ends):
-    assert ends_at_final_milestone(make_recipe(overrides=list(overrides))) is ends
+def test_a_trial_ends_at_its_final_milestone_unless_verl_writes_after_its_last_log(device, overrides, ends):
+    recipe = make_recipe(device=device, gpus_per_trial=1, overrides=list(overrides))
+    assert ends_at_final_milestone(recipe) is ends

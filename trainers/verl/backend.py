@@ -21,11 +21,10 @@ at all when the trial already reached `steps`): first those the previous start's
 then verl's, resuming from its last checkpoint, step c. verl saves a milestone's checkpoint before
 it validates and logs that step (`PPOTrainer.fit`: save, validate, log), so c can be a milestone
 the search never got; that start then validates before training (`trainer.val_before_train=true`),
-which logs milestone c from the checkpoint at step c. No step is trained twice. On `device: cpu`, once the final
-milestone is delivered, the child's process group is killed (`recipe.ends_at_final_milestone`: unless the recipe's
-overrides ask verl for output it writes after its last log line); verl's own shutdown would only close what the
-trial no longer needs. On cuda verl exits by itself: vLLM's shutdown releases its shared memory, which a killed
-run could leave in /dev/shm (not checked on a GPU). The
+which logs milestone c from the checkpoint at step c. No step is trained twice. Where
+`recipe.ends_at_final_milestone` allows (device cpu, no override asking verl for output written after its last log
+line), the child's process group is killed once the final milestone is delivered; verl's own shutdown would only
+close what the trial no longer needs. The
 private Ray's temporary folder (`recipe.ray_temp_dir`) is removed whenever `run_trial` ends, on every device,
 so also the one a killed start left.
 """
@@ -152,6 +151,7 @@ class VerlBackend:
             from tune_dfrl.trainers.verl.cpu import cpu_env
 
             env.update(cpu_env(checkpoint_dir))
+        ends_early = ends_at_final_milestone(recipe)
         timeline.record("spawn", path=timeline_path)
         run_child(
             self.trial_command(arm, seed, checkpoint_dir, validate_first),
@@ -160,7 +160,7 @@ class VerlBackend:
             metrics_path=metrics_path,
             log_path=checkpoint_dir / "verl.log",
             on_record=on_record,
-            done=lambda: recipe.device == "cpu" and ends_at_final_milestone(recipe) and last >= recipe.steps,
+            done=lambda: ends_early and last >= recipe.steps,
         )
         if last != recipe.steps:
             raise VerlRunError(

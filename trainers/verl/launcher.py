@@ -9,8 +9,7 @@ line) and hands each record to a callback. Whatever happens (normal end, error, 
 from the callback) the whole process group is ended before returning; a non-zero exit becomes
 `VerlRunError` carrying the tail of the child's log. Once the caller has every record it needs
 (`done()`), the group is killed at once instead of waiting for verl's own shutdown (its loggers,
-TransferQueue, its Ray instance and, on GPUs, the rollout engine: seconds per trial), and however
-the child ended is no error.
+TransferQueue, its Ray instance: seconds per trial), and however the child ended is no error.
 
 Validation metrics (verl `PPOTrainer._val_metrics_update`) are named
 `val-core/<data_source>/<acc|reward>/mean@<n>` and `val-aux/<data_source>/<var>/mean@<n>`; our

@@ -293,10 +293,12 @@ WRITES_AFTER_LAST_LOG = ("trainer.logger", "trainer.rollout_data_dir", "async_sa
 
 def ends_at_final_milestone(recipe: VerlRecipe) -> bool:
     """Whether a trial's verl run may be killed once its final milestone is delivered: verl has then saved the
-    final checkpoint (before it validates) and logged everything the search reads. Not when the recipe's
-    `overrides` set a key of WRITES_AFTER_LAST_LOG (the last dotted parts)."""
+    final checkpoint (before it validates) and logged everything the search reads. Only on `device: cpu` (on cuda,
+    vLLM's shutdown releases its shared memory, which a killed run could leave in /dev/shm), and not when the
+    recipe's `overrides` set a key of WRITES_AFTER_LAST_LOG (the last dotted parts)."""
     keys = [override.split("=", 1)[0].lstrip("+~") for override in recipe.overrides]
-    return not any(key == name or key.endswith(f".{name}") for key in keys for name in WRITES_AFTER_LAST_LOG)
+    writes_after = any(key == name or key.endswith(f".{name}") for key in keys for name in WRITES_AFTER_LAST_LOG)
+    return recipe.device == "cpu" and not writes_after
 
 
 def build_overrides(
