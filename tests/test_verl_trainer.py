@@ -4,6 +4,8 @@ advantage hook on a batch in a real TransferQueue after verl's own `_compute_adv
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
 import json
 import subprocess
 import sys
@@ -16,6 +18,13 @@ import torch
 from tune_dfrl.trainers.embedded.model import ModelShape, build_tokenizer, new_model, save_model
 from tune_dfrl.trainers.verl.export import export_model, export_tasks
 from tune_dfrl.trainers.verl.recipe import VerlRecipe, build_overrides, compose_verl_config, default_recipe
+from tune_dfrl.trainers.verl.transfer_queue_start import (
+    CONTROLLER_WAIT,
+    STORAGE_START,
+    SWAPPED,
+    start_storage_beside_controller,
+    storage_first,
+)
 
 from tune_dfrl.backend import ArmSpec
 
@@ -158,15 +167,59 @@ def test_the_trainer_ranks_submitted_prompts_and_balances_responses_in_that_orde
 
 @pytest.fixture(scope="module")
 def transfer_queue(ray_session, recipe, tmp_path_factory):
-    """verl's TransferQueue (a controller and a storage unit) in the session's Ray, as a trial's trainer opens it."""
+    """verl's TransferQueue (a controller and a storage unit) in the session's Ray, as a trial's trainer opens it
+    (`tq.init`, as the plugin leaves it), with the order in which `init` waited for its actors in `tq.waits`."""
     import transfer_queue as tq
+    import transfer_queue.interface as interface
 
     config = make_trainer(recipe, ArmSpec("baseline", {}, "c", "control"), tmp_path_factory.mktemp("tq")).config
     config.transfer_queue.enable = True
     wait_for_free_cpus(ray_session, 2)  # TransferQueue's controller and storage unit actors ask for one CPU each
-    tq.init(config.transfer_queue)
+    waits: list[str] = []
+    wait_for_controller, start_storage = interface.process_zmq_server_info, interface._maybe_create_tq_storage
+
+    def controller_address(handle):
+        waits.append("controller")
+        return wait_for_controller(handle)
+
+    def storage_addresses(conf):
+        waits.append("storage units")
+        return start_storage(conf)
+
+    interface.process_zmq_server_info, interface._maybe_create_tq_storage = controller_address, storage_addresses
+    try:
+        tq.init(config.transfer_queue)
+    finally:
+        interface.process_zmq_server_info, interface._maybe_create_tq_storage = wait_for_controller, start_storage
+    tq.waits = waits
     yield tq
     tq.close()
+
+
+def test_transfer_queue_starts_its_storage_units_before_it_waits_for_its_controller(transfer_queue):
+    """The plugin swapped the two steps of TransferQueue's `init` (transfer_queue_start.py): the storage units'
+    processes start while the controller's does. The queue works (the hook tests below put and get through it)."""
+    import transfer_queue.interface as interface
+
+    assert transfer_queue.init is interface.init and getattr(interface.init, SWAPPED)
+    assert transfer_queue.waits == ["storage units", "controller"]
+
+
+def test_the_swap_is_pinned_to_transfer_queues_text(tmp_path):
+    """Where `init` lacks the two steps, in that order, it is left as it is, with a warning."""
+    import transfer_queue.interface as interface
+
+    assert storage_first(inspect.getsource(interface.init)) is not None  # the installed TransferQueue's text
+    assert storage_first(STORAGE_START + CONTROLLER_WAIT) is None  # already in that order
+    module = tmp_path / "other_queue.py"
+    module.write_text("def init(conf=None):\n" + CONTROLLER_WAIT + STORAGE_START)  # no blank line between
+    spec = importlib.util.spec_from_file_location("other_queue", module)
+    other = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(other)
+    original = other.init.__code__
+    with pytest.warns(UserWarning, match="its storage units start after its controller"):
+        start_storage_beside_controller(other)
+    assert other.init.__code__ is original and not hasattr(other.init, SWAPPED)
 
 
 def compute_advantage(tq, trainer, uids: list[str], domains: list[str], verl_weights: list[float]):

@@ -13,7 +13,8 @@ the hooked verl module instead of being swallowed. A CPU setup that fails leaves
 platform unregistered, so verl's `get_platform()` fails loudly on `VERL_PLATFORM=cpu`.
 
 On both devices, in every process that loads this plugin, transformers sees scikit-learn and scipy as not
-installed (`hide_from_transformers`).
+installed (`hide_from_transformers`), and TransferQueue starts its storage units beside its controller
+(transfer_queue_start.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from collections.abc import Callable
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any
+
+from .transfer_queue_start import INTERFACE, start_storage_beside_controller
 
 TRAINER_MODE = "tune_dfrl"
 V1_PACKAGE = "verl.trainer.ppo.v1"
@@ -118,4 +121,5 @@ importlib.import_module("tune_dfrl.trainers.verl.timeline").record_process_start
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == CPU_PLATFORM:
     importlib.import_module("tune_dfrl.trainers.verl.cpu").activate()
 after_import("transformers.utils", hide_from_transformers)
+after_import(INTERFACE, start_storage_beside_controller)
 after_import(V1_PACKAGE, register_trainer)
