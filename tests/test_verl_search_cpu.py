@@ -1,7 +1,7 @@
 """Real verl on CPU: `verl.trainer.main_ppo` children running our plugin trainer (device cpu: the CPU platform and
 the HF rollout) on the embedded backend's base model, exported, through the search CLI and `VerlBackend.run_trial`.
 
-Three runs, shared by the tests (a verl CPU trial starts ~30 processes in 30-60 s and takes ~4.5 GB):
+Two runs, shared by the tests (a verl CPU trial starts ~30 processes in 30-60 s and takes ~4.5 GB):
 
 - `searched`: benchmarks/verl_cpu_e2e.py's search at the sizing and scheduler a user gets by default, i.e.
   `python -m tune_dfrl.search space=difffilter_band backend=verl backend.device=cpu ...` with only the recipe
@@ -10,11 +10,10 @@ Three runs, shared by the tests (a verl CPU trial starts ~30 processes in 30-60 
   4 responses of at most 8 tokens, the KL loss with its reference model), a milestone (verl validation) every step,
   two trials at a time on this 2-CPU machine, the paired scheduler pausing each arm's first seed at its rung (step
   1) until the other arrives (issue 25: this hung);
-- `crashed`: one control cell of that search trained again by `VerlBackend.run_trial` with the search's recipe in
-  another folder, every verl process killed as its step-1 milestone arrives, then rerun;
 - `resumed`: the same search (same recipe and arm) one trial at a time (`ray.num_cpus=1`, no rung), its control
-  taken from the first search's control cache (only the arm's 2 trials train), its driver killed with SIGKILL once
-  a trial has checkpointed step 1 and not finished, then the same command with resume=true.
+  taken from the first search's control cache (only the arm's 2 trials train), its driver killed with SIGKILL and
+  its first trial's verl run frozen as that run validates its step-1 checkpoint (the trial dies between verl's
+  checkpoint of a step and that step's milestone), then the same command with resume=true.
 """
 
 from __future__ import annotations
@@ -51,8 +50,6 @@ from tune_dfrl.trainers.embedded.base import BaseRecipe, ensure_base_model
 from tune_dfrl.trainers.verl import timeline
 from tune_dfrl.trainers.verl.backend import VerlBackend
 from tune_dfrl.trainers.verl.recipe import OBJECT_STORE_BYTES, hydra_quote, private_ray_logical_cpus, ray_temp_dir
-
-from tune_dfrl.backend import ArmSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("verl_cpu_e2e", ROOT / "benchmarks" / "verl_cpu_e2e.py")
@@ -252,92 +249,47 @@ def same_numbers(record: dict) -> dict:
     return {k: v for k, v in record.items() if not k.startswith(clock)}
 
 
-class Crash(RuntimeError):
-    """Raised by the search's side of a trial that died before it could record a milestone."""
+def validating_step_1(out: Path) -> Cell | None:
+    """A cell whose first verl start has saved its step-1 checkpoint and begun validating it (trainer.py's
+    `validate_begin`): verl logs step 1 only after that validation, so its milestone cannot have been recorded."""
+    for path in (out / "cells").glob(f"*/seed*/checkpoint/{timeline.FILE_NAME}"):
+        complete = path.read_text().split("\n")[:-1]  # (a line being written is not read)
+        if any(e["event"] == "validate_begin" and e["step"] == 1 for e in map(json.loads, complete)):
+            return path.parts[-4], int(path.parts[-3].removeprefix("seed"))
+    return None
 
 
-def test_a_killed_trial_validates_the_milestone_it_lost_then_continues_with_the_numbers_of_an_uninterrupted_one(
-    searched, tmp_path_factory
-) -> None:
-    """A control cell of the search trained again by `VerlBackend.run_trial` with the search's recipe, in another
-    folder, crashing as a whole as its step-1 milestone arrives: every verl process is SIGKILLed and the milestone is
-    never recorded; verl's log of step 1 is lost too (as when the trial dies between verl's checkpoint of a step and
-    that step's validation). The rerun finds a checkpoint newer than the last milestone, validates it before
-    training (milestone 1: validation only, no training means, the killed start's accuracy: the checkpoint's
-    weights, greedy decoding), trains step 2 only, reports its milestone, and leaves no process and no private Ray
-    folder behind. Minutes: two verl starts in sequence.
-
-    Same arm, same seed, same numbers: the killed start's step 1 and the rerun's step 2 are the search's
-    uninterrupted trial's, bit for bit (clock readings aside), and so are the milestones. Each response is seeded
-    by its index in its group and the update sees the responses in submission order (trainers/verl/cpu/rollout.py,
-    trainers/verl/trainer.py), not in the order they finished."""
-    out, _ = searched
-    cell = uninterrupted_control(out)
-    plan = search_plan(out)
-    backend, control = VerlBackend(plan["recipe"]), ArmSpec(**plan["control"])
-    trial, first, killed, sockets = tmp_path_factory.mktemp("verl_cpu_crash") / "control", [], set(), set()
-
-    def crash(milestone) -> None:
-        first.append(milestone)
-        killed.update(verl_trees(trial))
-        signal_all(killed, signal.SIGSTOP)  # frozen at once: verl checkpoints step 2 within a second otherwise
-        sockets.update(listening(killed))  # (slow: every socket of ~30 processes)
-        signal_all(killed, signal.SIGKILL)
-        raise Crash("the trial died before it recorded the milestone")
-
-    with pytest.raises(Crash):
-        backend.run_trial(control, cell[1], crash, trial)
-    assert [m.step for m in first] == [1] and len(killed) >= 3  # supervisor, main_ppo and its Ray at least
-    # the running trial's processes listen on loopback only: its private Ray, and its process group's rendezvous
-    # is a file (cpu_env's DIST_INIT_METHOD), not a TCPStore on every interface
-    assert len(sockets) > 10 and {s for s in sockets if s[1] not in LOOPBACK} == set(), sockets
-    assert not (trial / "milestones.jsonl").exists()
-    killed_log = records(trial / "verl_metrics.jsonl")
-    assert trained_steps(killed_log) == [1]
-    killed_step_1 = same_numbers(killed_log[0]["data"])
-    assert int((trial / "verl" / "latest_checkpointed_iteration.txt").read_text()) == 1
-    (trial / "verl_metrics.jsonl").unlink()
-    log_at_crash = (trial / "verl.log").stat().st_size
-
-    again: list = []
-    backend.run_trial(control, cell[1], again.append, trial)
-    assert [m.step for m in again] == [1, STEPS]
-    assert again[0].train == {} and again[0].accuracy == first[0].accuracy  # validated from the checkpoint
-    assert again[1].train  # trained, not only validated
-    logged = records(trial / "verl_metrics.jsonl")
-    assert [r["step"] for r in logged] == [1, STEPS] and "timing_s/step" not in logged[0]["data"]
-    assert trained_steps(logged) == [STEPS]
-    uninterrupted = {r["step"]: same_numbers(r["data"]) for r in verl_records(out, cell)}
-    assert len(uninterrupted[1]) > 50 and uninterrupted[1]["actor/pg_loss"] != 0
-    assert {k: killed_step_1[k] for k in uninterrupted[1]} == uninterrupted[1]
-    assert same_numbers(logged[1]["data"]) == uninterrupted[STEPS]
-    milestones = cells(out)[cell]
-    assert [first[0].accuracy, again[1].accuracy] == [row["accuracy"] for row in milestones]
-    starts = records(trial / "verl_runs.jsonl")
-    assert [s["first_step"] for s in starts] == [1, 1]  # the rerun's first record: the validation of step 1
-    with (trial / "verl.log").open("rb") as log:
-        log.seek(log_at_crash)
-        assert b"global_step_1" in log.read()  # the second start loaded the step-1 checkpoint
-    assert not any(alive(pid) for pid in killed)
-    assert verl_trees(trial.parent) == set() and not ray_temp_dir(trial).exists()
+def supervisors(pids: set[int]) -> set[int]:
+    """Those of `pids` that run trainers/verl/supervise.py (a trial's supervisor and its guard)."""
+    found = set()
+    for pid in pids:
+        try:
+            if b"supervise" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.add(pid)
+        except OSError:
+            continue
+    return found
 
 
 @dataclass(frozen=True)
 class Resumed:
     out: Path
     cell: Cell  # the cell whose trial the kill interrupted
-    checkpoint: int  # verl's last checkpointed step of that cell when its processes were gone
+    rows_at_kill: list[dict]  # that cell's milestones in results.jsonl at the kill
     killed_records: list[dict]  # what that cell's killed verl run logged
-    starts: int  # verl starts of that cell before the resume (lines of its verl_runs.jsonl)
     log_at_kill: int  # the size of its verl.log then
     tree: set[int]  # the killed trial's verl processes (supervisor, main_ppo, its Ray) at the kill
+    sockets: set[tuple[str, str, int]]  # what they listened on
     left: set[int]  # those still alive 60 s after the kill
 
 
 @pytest.fixture(scope="module")
 def resumed(searched, files, control_cache, tmp_path_factory) -> Resumed:
-    """The first search's command, one trial at a time, killed with `kill -9` once a trial is checkpointed
-    and unfinished, then resumed. Minutes: up to 3 real verl starts in sequence."""
+    """The first search's command, one trial at a time, killed with `kill -9` as a trial validates its step-1
+    checkpoint, then resumed. At that moment every process of the trial's verl run is frozen (verl would log step 1
+    and checkpoint step 2 within a second otherwise) and stays frozen, so that the trial dies between verl's checkpoint
+    of a step and that step's log and milestone; its supervisor, left running, must end it (SIGTERM, then SIGKILL
+    after its grace). Minutes: 3 real verl starts in sequence."""
     root = tmp_path_factory.mktemp("verl_cpu_resume")
     out, ray_tmp = root / "out", short_tmp("rt-verl-")
     one_at_a_time = ("ray.num_cpus=1", "scheduler.name=fifo")  # the first search's recipe (its control is cached)
@@ -346,21 +298,17 @@ def resumed(searched, files, control_cache, tmp_path_factory) -> Resumed:
     env = {**e2e.search_env(), "RAY_TMPDIR": str(ray_tmp)}
     driver = start(command, cwd=root, env=env, log=root / "interrupted.log")
     try:
-
-        def checkpointed() -> Cell | None:
-            for cell, rows in cells(out).items():
-                if (
-                    not rows[-1]["final"]
-                    and (trial_dir(out, cell) / "verl" / "latest_checkpointed_iteration.txt").exists()
-                ):
-                    return cell
-            return None
-
         wait_for(
-            lambda: driver.poll() is not None or checkpointed() is not None, 1800, "a checkpointed, unfinished trial"
+            lambda: driver.poll() is not None or validating_step_1(out) is not None,
+            1800,
+            "a trial validating its step-1 checkpoint",
+            poll_s=0.05,
         )
-        cell = checkpointed()
+        cell = validating_step_1(out)
         tree = verl_trees(out)
+        signal_all(tree - supervisors(tree), signal.SIGSTOP)
+        rows_at_kill = cells(out).get(cell, [])
+        sockets = listening(tree)  # (slow: every socket of ~30 processes)
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait()
     finally:
@@ -371,36 +319,43 @@ def resumed(searched, files, control_cache, tmp_path_factory) -> Resumed:
     except TimeoutError:
         pass
     left = {pid for pid in tree if alive(pid)}
-    checkpoint = int((trial_dir(out, cell) / "verl" / "latest_checkpointed_iteration.txt").read_text())
+    signal_all(left, signal.SIGKILL)
     killed_records = verl_records(out, cell)
-    starts = len(records(trial_dir(out, cell) / "verl_runs.jsonl"))
     log_at_kill = (trial_dir(out, cell) / "verl.log").stat().st_size
 
     resume_search(command, root, env, ray_tmp, 2400)
-    return Resumed(out, cell, checkpoint, killed_records, starts, log_at_kill, tree, left)
+    return Resumed(out, cell, rows_at_kill, killed_records, log_at_kill, tree, sockets, left)
 
 
 def test_the_killed_trials_processes_ended_with_it(resumed: Resumed) -> None:
+    """The Tune trial's process died with the driver; the trial's supervisor ended its frozen verl run."""
     assert len(resumed.tree) >= 3 and resumed.left == set()  # supervisor, main_ppo and its Ray at least
 
 
-def test_the_trial_continued_from_verls_checkpoint_without_training_a_step_twice(resumed: Resumed) -> None:
-    assert 1 <= resumed.checkpoint <= STEPS
-    killed = trained_steps(resumed.killed_records)
-    assert killed and max(killed) <= resumed.checkpoint  # every step it logged was checkpointed (milestone_every=1)
+def test_a_running_trials_processes_listen_on_loopback_only(resumed: Resumed) -> None:
+    """Its private Ray, and its process group's rendezvous, which is a file (cpu_env's DIST_INIT_METHOD), not a
+    TCPStore on every interface."""
+    assert len(resumed.sockets) > 10
+    assert {s for s in resumed.sockets if s[1] not in LOOPBACK} == set(), resumed.sockets
+
+
+def test_the_trial_validated_the_milestone_it_lost_then_trained_on_from_verls_checkpoint(resumed: Resumed) -> None:
+    """The killed run had checkpointed step 1 and logged nothing (the milestone was lost with it). The resumed start
+    found that checkpoint newer than the trial's last milestone: it loaded it, validated it before training
+    (milestone 1: validation only, no training means), then trained step 2 only."""
     trial = trial_dir(resumed.out, resumed.cell)
+    assert resumed.rows_at_kill == [] and resumed.killed_records == []
+    assert int((trial / "verl" / "latest_checkpointed_iteration.txt").read_text()) == STEPS
+    assert len(timeline.starts(timeline.read(trial / timeline.FILE_NAME))) == 2
+    # a start's first record: the killed one logged none, the resumed one's is the validation of step 1
+    assert [run["first_step"] for run in records(trial / "verl_runs.jsonl")] == [1]
     logged = verl_records(resumed.out, resumed.cell)
-    if len(records(trial / "verl_runs.jsonl")) == resumed.starts:  # not started again: the killed run logged the rest
-        assert logged == resumed.killed_records and resumed.checkpoint == STEPS
-        return
-    assert trained_steps(logged) == list(range(resumed.checkpoint + 1, STEPS + 1))
-    assert [r["step"] for r in logged if "timing_s/step" not in r["data"]] in (
-        [],
-        [resumed.checkpoint],
-    )  # validated first
+    assert [r["step"] for r in logged] == [1, STEPS] and trained_steps(logged) == [STEPS]
+    rows = cells(resumed.out)[resumed.cell]
+    assert [r["step"] for r in rows] == [1, STEPS] and rows[0]["train"] == {} and rows[1]["train"]
     with (trial / "verl.log").open("rb") as log:
         log.seek(resumed.log_at_kill)
-        assert f"global_step_{resumed.checkpoint}".encode() in log.read()  # the resumed start loaded that checkpoint
+        assert b"global_step_1" in log.read()  # the resumed start loaded the step-1 checkpoint
 
 
 def test_every_milestone_reached_the_search_once(resumed: Resumed) -> None:
@@ -411,28 +366,33 @@ def test_every_milestone_reached_the_search_once(resumed: Resumed) -> None:
 
 
 def test_no_private_ray_folder_is_left(resumed: Resumed) -> None:
-    """The killed trial left its private Ray's temporary folder; its resumed start removed it (a killed trial
-    whose verl run had logged its final milestone is not started again, and its folder stays)."""
-    restarted = len(records(trial_dir(resumed.out, resumed.cell) / "verl_runs.jsonl")) > resumed.starts
-    left = [cell for cell in cells(resumed.out) if ray_temp_dir(trial_dir(resumed.out, cell)).exists()]
-    assert set(left) <= (set() if restarted else {resumed.cell})
+    """The killed trial left its private Ray's temporary folder; its resumed start removed it."""
+    assert [cell for cell in cells(resumed.out) if ray_temp_dir(trial_dir(resumed.out, cell)).exists()] == []
 
 
 def test_the_same_arm_and_seed_give_the_same_milestones(searched, resumed: Resumed) -> None:
-    """The arm cell of the resumed search that the kill did not touch trained the same (arm, seed) as the first
-    search (same recipe and searcher seed: the same first arm), in another search folder, and reported the same
-    numbers, though the first search paused it at its rung and trained it on from its checkpoint; its control
-    cells replayed the cache. (A milestone validated from a checkpoint whose step's training log died with the
-    paused run has no training means to compare.)"""
+    """The resumed search trained the same (arm, seed) cells as the first search (same recipe and searcher seed: the
+    same first arm), in another search folder, and reported the same numbers: the cell the kill did not touch (though
+    the first search paused its twin at the rung), and the killed one, whose step 2 trained from the checkpoint of a
+    killed run and whose step 1 was validated from it. Bit for bit: each milestone's accuracies, each step's training
+    means, and the rest of verl's own log of step 2 (clock readings aside). Its control cells replayed the cache.
+    (A milestone validated from a checkpoint whose step's training log died with a paused run has no training means to
+    compare.) Each response is seeded by its index in its group and the update sees the responses in submission order
+    (trainers/verl/cpu/rollout.py, trainers/verl/trainer.py), not in the order they finished."""
     first, again = cells(searched[0]), cells(resumed.out)
     assert all(rows[0]["replayed"] for (arm, _), rows in again.items() if arm == control_id(searched[0]))
-    common = [cell for cell in again if cell in first and cell != resumed.cell and not again[cell][0]["replayed"]]
-    assert common
+    common = [cell for cell in again if cell in first and not again[cell][0]["replayed"]]
+    assert resumed.cell in common and len(common) == SEEDS
     for cell in common:
         for a, b in zip(again[cell], first[cell], strict=True):
             assert a["accuracy"] == b["accuracy"], cell
             if a["train"] and b["train"]:
                 assert a["train"] == b["train"], cell  # verl's step means, all numbers
+    step_2 = [
+        {r["step"]: r["data"] for r in verl_records(out, resumed.cell)}[STEPS] for out in (resumed.out, searched[0])
+    ]
+    if all("timing_s/step" in record for record in step_2):
+        assert len(same_numbers(step_2[0])) > 50 and same_numbers(step_2[0]) == same_numbers(step_2[1])
 
 
 def search_plan(out: Path) -> dict:
