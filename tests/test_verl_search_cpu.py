@@ -242,6 +242,18 @@ def test_each_trials_private_ray_has_the_trials_size_and_a_bounded_object_store(
         assert ray_temp_dir(trial_dir(out, cell)).parent == Path(tempfile.gettempdir())
 
 
+def test_each_trials_rollout_server_started_before_verls_training_workers(searched) -> None:
+    """The plugin trainer creates the CPU rollout's server before verl builds its training workers (trainer.py,
+    `_init_dataloader`): its process starts first, and imports while theirs do, at every start of every cell."""
+    out, _ = searched
+    for cell in cells(out):
+        trial = trial_dir(out, cell)
+        names = timeline.actor_names((trial / "verl.log").read_text())
+        for events in timeline.starts(timeline.read(trial / timeline.FILE_NAME)):
+            began = {names.get(e["pid"]): e["t"] for e in events if e["event"] == "process_start"}
+            assert began["HFRolloutServer"] < began["WorkerDict"], cell
+
+
 def same_numbers(record: dict) -> dict:
     """A verl metrics record without its clock readings (`timing_s/`, `timing_per_token_ms/`, `perf/` and
     `actor/perf/`: seconds, throughput, memory)."""

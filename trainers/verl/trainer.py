@@ -19,7 +19,9 @@ Hooks into `PPOTrainer` (verl/trainer/ppo/v1/trainer_base.py):
   (then by their index in the group) before verl balances them: the update's rows, sums and
   micro-batches do not depend on which request the rollout finished first.
 - `_init_dataloader`: reads the domain column of the training parquet; for a mixer arm the
-  training dataloader draws through `MixtureBatchSampler` (sampler.py).
+  training dataloader draws through `MixtureBatchSampler` (sampler.py). With rollout `hf_cpu`, it creates
+  replica 0's rollout server (`cpu/rollout.start_server`), empty: its process starts while verl's training
+  workers do, instead of after them.
 - `_compute_advantage`: after verl's GRPO advantages are in TransferQueue, reads the batch
   back, applies the arm (`DataPolicy.apply`, hook.py) and writes `rollout_is_weights` (the
   policy weights times verl's own, if any) and `advantages`; synthetic padding rows
@@ -48,6 +50,7 @@ from verl.utils.dataset.rl_dataset import collate_fn
 from verl.workers.utils.padding import response_to_nested
 
 from . import timeline
+from .cpu import ROLLOUT_NAME
 from .hook import DataPolicy, domain_ids
 from .plugin import TRAINER_MODE
 from .sampler import MixtureBatchSampler
@@ -115,6 +118,11 @@ class DataPolicyTrainer(PPOTrainerSync):
     def _init_dataloader(self) -> None:
         super()._init_dataloader()
         timeline.record("dataloader_ready")
+        rollout = self.config.actor_rollout_ref.rollout
+        if rollout.name == ROLLOUT_NAME:  # next, verl builds its training workers, then the rollout replica
+            from .cpu.rollout import start_server
+
+            self.early_rollout_server = start_server(0, rollout)  # (an actor without a handle is destroyed)
         frame = self.train_dataset.dataframe
         values = np.asarray(frame[self.domain_column], dtype=str) if self.domain_column in frame.column_names else None
         domains = sorted(set(values.tolist())) if values is not None else []

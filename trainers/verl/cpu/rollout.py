@@ -3,7 +3,9 @@
 verl's synchronous trainer (hybrid mode) runs one replica per training worker:
 
 - `HFReplica` (the replica verl's `LLMServerManager` creates) starts one `HFRolloutServer` Ray
-  actor, named after the replica, whose async `generate` verl's agent loop calls;
+  actor, named after the replica, whose async `generate` verl's agent loop calls; the plugin trainer
+  creates replica 0's before verl builds its training workers (`start_server`), so that the server's
+  process imports this module (seconds) while theirs import verl, and the replica loads the model into it;
 - `HFServerAdapter` (the worker-side rollout inside each training worker) sends the trainer's
   weights to that actor after every step (`update_weights`; one Ray call with the full tensors);
 - `GroupIndexedAgentLoop` (agent loop `AGENT_LOOP_NAME`) is verl's single-turn agent loop whose
@@ -38,7 +40,7 @@ from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 from verl.workers.rollout.base import BaseRollout
-from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
+from verl.workers.rollout.replica import CONTROL_METHOD_CONCURRENCY, RolloutMode, RolloutReplica, TokenOutput
 
 from . import AGENT_LOOP_NAME, ROLLOUT_NAME
 
@@ -120,10 +122,25 @@ def sample(
     return tokens, log_probs
 
 
-class HFRolloutServer:
-    """Ray actor holding the rollout's copy of the model; serves `generate` one request at a time."""
+def server_concurrency(rollout_config: Any) -> int:
+    """Ray's `max_concurrency` of a rollout server (verl's for its replicas): Ray's default for async actors, 1000,
+    or room for `max_num_seqs` requests and verl's control calls."""
+    return max(1000, int(rollout_config.max_num_seqs) + CONTROL_METHOD_CONCURRENCY)
 
-    def __init__(self, config: Any, model_config: Any, replica_rank: int):
+
+def start_server(replica_rank: int, rollout_config: Any) -> ray.actor.ActorHandle:
+    """Create the (empty) server of replica `replica_rank`; `HFReplica.launch_servers` loads the model into it."""
+    return (
+        ray.remote(HFRolloutServer)
+        .options(name=server_name(replica_rank), max_concurrency=server_concurrency(rollout_config))
+        .remote()
+    )
+
+
+class HFRolloutServer:
+    """Ray actor holding the rollout's copy of the model (`load`); serves `generate` one request at a time."""
+
+    def load(self, config: Any, model_config: Any, replica_rank: int) -> None:
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
         path = model_path(model_config)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
@@ -135,9 +152,6 @@ class HFRolloutServer:
         self.max_model_len = int(config.max_model_len or self.model.config.max_position_embeddings)
         self.weight_version = 0
         self.lock = asyncio.Lock()
-
-    def ready(self) -> bool:
-        return True
 
     def load_weights(self, state: dict[str, torch.Tensor], global_steps: int | None) -> None:
         """Load the trainer's full weights; tied output weights may be left out."""
@@ -226,12 +240,11 @@ class HFReplica(RolloutReplica):
                 f"only; got mode {self.rollout_mode}, world size {self.world_size}"
             )
         name = server_name(self.replica_rank)
-        server = (
-            ray.remote(HFRolloutServer)
-            .options(name=name, max_concurrency=self.max_concurrency)
-            .remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
-        )
-        await server.ready.remote()
+        try:
+            server = ray.get_actor(name)  # started by the plugin trainer
+        except ValueError:
+            server = start_server(self.replica_rank, self.config)
+        await server.load.remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
         self.servers, self._server_handle, self._server_address = [server], server, name
 
 
