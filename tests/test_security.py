@@ -29,6 +29,7 @@ from reliability_helpers import (
     records,
     search_command,
     short_tmp,
+    signal_all,
     start,
     stop,
     wait_for,
@@ -60,6 +61,15 @@ class Observed:
     clients: dict[str, str]  # client's credentials -> "accepted" | "refused"
 
 
+def is_trial_worker(pid: int) -> bool:
+    """A Ray worker process (`ray::...`) other than the node's agents."""
+    try:
+        title = " ".join(psutil.Process(pid).cmdline())  # (its name is cut at 15 characters)
+    except psutil.NoSuchProcess:
+        return False
+    return title.startswith("ray::") and not title.split()[0].endswith("Agent")
+
+
 def client(gcs: str, env: dict[str, str]) -> str:
     done = subprocess.run([sys.executable, "-c", CLIENT, gcs], env=env, capture_output=True, text=True, timeout=120)
     return done.stdout.strip() or done.stderr[-2000:]
@@ -89,14 +99,21 @@ def observed(tmp_path_factory: pytest.TempPathFactory, embedded_cache: Path) -> 
         token = gcs.environ()["RAY_AUTH_TOKEN"]  # the driver set it before starting the cluster's processes
         [gcs_port] = {c.laddr.port for c in gcs.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
         bare = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")} | {"HOME": str(home)}
-        clients = {
-            credentials: client(f"127.0.0.1:{gcs_port}", bare | extra)
-            for credentials, extra in {
-                "none": {},
-                "another token": {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64},
-                "the token": {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token},
-            }.items()
-        }
+        # the driver and its trials are frozen while the clients call, so that the search cannot finish (and end
+        # its cluster) before the last one; the cluster's own processes (GCS, raylet, agents) keep running
+        frozen = {driver.pid} | {pid for pid in tree if is_trial_worker(pid)}
+        signal_all(frozen, signal.SIGSTOP)
+        try:
+            clients = {
+                credentials: client(f"127.0.0.1:{gcs_port}", bare | extra)
+                for credentials, extra in {
+                    "none": {},
+                    "another token": {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64},
+                    "the token": {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token},
+                }.items()
+            }
+        finally:
+            signal_all(frozen, signal.SIGCONT)
         driver.wait(timeout=900)
     finally:
         stop(driver, marker=str(ray_tmp), sig=signal.SIGKILL)
