@@ -35,6 +35,7 @@ from reliability_helpers import (
     LOOPBACK,
     alive,
     listening,
+    marked,
     records,
     resume_search,
     search_command,
@@ -271,18 +272,6 @@ def validating_step_1(out: Path) -> Cell | None:
     return None
 
 
-def supervisors(pids: set[int]) -> set[int]:
-    """Those of `pids` that run trainers/verl/supervise.py (a trial's supervisor and its guard)."""
-    found = set()
-    for pid in pids:
-        try:
-            if b"supervise" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.add(pid)
-        except OSError:
-            continue
-    return found
-
-
 @dataclass(frozen=True)
 class Resumed:
     out: Path
@@ -318,7 +307,7 @@ def resumed(searched, files, control_cache, tmp_path_factory) -> Resumed:
         )
         cell = validating_step_1(out)
         tree = verl_trees(out)
-        signal_all(tree - supervisors(tree), signal.SIGSTOP)
+        signal_all(tree - set(marked("supervise")), signal.SIGSTOP)  # all but its supervisor and guard
         rows_at_kill = cells(out).get(cell, [])
         sockets = listening(tree)  # (slow: every socket of ~30 processes)
         os.kill(driver.pid, signal.SIGKILL)
