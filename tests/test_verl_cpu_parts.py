@@ -6,6 +6,7 @@ the log-probs a full forward pass gives."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import types
@@ -61,6 +62,20 @@ def test_a_changed_symbol_that_differs_is_an_error():
     with pytest.raises(patches.PinnedSymbolError, match="no longer builds"):
         patches.unpin_offload_policy(types.SimpleNamespace(CPUOffloadPolicy=CPUOffloadPolicy, FSDPEngine=FSDPEngine))
 
+    class LLMServerManager:
+        async def _init_global_load_balancer(self):
+            self.global_load_balancer = get_router_handle(servers={})  # noqa: F821
+
+    class LLMServerClient:  # also asks its router for a call the rollout server does not answer
+        async def _acquire_server(self, request_id):
+            await self._load_balancer.get_total_inflight.remote()
+            return await self._load_balancer.acquire_server.remote(request_id=request_id)
+
+    with pytest.raises(patches.PinnedSymbolError, match="calls its router"):
+        patches.route_through_the_server(
+            types.SimpleNamespace(LLMServerManager=LLMServerManager, LLMServerClient=LLMServerClient)
+        )
+
 
 CPU_PROCESS = """
 import os, torch, verl
@@ -83,6 +98,8 @@ from hydra.utils import get_class
 loop = get_class(_agent_loop_registry[AGENT_LOOP_NAME]["_target_"])
 assert loop.__name__ == "GroupIndexedAgentLoop" and "single_turn_agent" in _agent_loop_registry
 assert fsdp.CPUOffloadPolicy(pin_memory=True).pin_memory is False  # the reference model's offload, unpinned
+from verl.workers.rollout.llm_server import LLMServerManager
+assert LLMServerManager._init_global_load_balancer.__wrapped__  # the rollout server is its clients' router
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533", RANK="0", WORLD_SIZE="1")
 initialize_global_process_group_ray()
 value = torch.ones(2)
@@ -180,3 +197,39 @@ def test_truncation_and_request_seeds():
     for request_id in ("0f3a9c", "det-", "det-x", "vllm-3"):  # verl's uuid ids without rollout.full_determinism
         with pytest.raises(ValueError, match="full_determinism=true and agent loop 'hf_cpu_single_turn'"):
             group_index(request_id)
+
+
+def test_the_rollout_server_routes_its_clients_requests_to_itself(exported, ray_session):
+    """For rollout hf_cpu with one server, verl's `LLMServerManager` hands its clients the server's handle instead of
+    starting verl's router (patches.route_through_the_server); verl's `LLMServerClient` then acquires that server,
+    generates through it and releases it, under full determinism by the request's index in its group."""
+    from omegaconf import OmegaConf
+    from tune_dfrl.trainers.verl.cpu.rollout import server_name, start_server
+    from verl.workers.rollout import llm_server
+
+    rollout = OmegaConf.create(
+        {"name": "hf_cpu", "full_determinism": True, "max_num_seqs": 8, "max_model_len": None, "response_length": 4}
+    )
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {**OmegaConf.to_container(rollout), "seed": 5}}})
+    server = start_server(7, rollout)
+    ray_session.get(
+        server.load.remote(
+            config=config.actor_rollout_ref.rollout, model_config={"path": str(exported[1])}, replica_rank=7
+        )
+    )
+    patches.route_through_the_server(llm_server)
+    manager = llm_server.LLMServerManager.__new__(llm_server.LLMServerManager)
+    manager.rollout_config, manager.server_handles = rollout, [server]
+    asyncio.run(manager._init_global_load_balancer())
+    assert manager.global_load_balancer is server
+
+    async def two_requests() -> list:
+        client = llm_server.LLMServerClient(config, load_balancer_handle=manager.global_load_balancer)
+        assert (await client._acquire_server("det-1"))[0] == server_name(7)
+        prompt = {"prompt_ids": [5, 6, 7], "sampling_params": {"temperature": 1.0}}
+        return [await client.generate(request_id, **prompt) for request_id in ("det-1", "det-1", "det-2")]
+
+    first, again, other = asyncio.run(two_requests())
+    assert 1 <= len(first.token_ids) <= 4 and first.token_ids == again.token_ids and first.log_probs == again.log_probs
+    assert len(other.log_probs) == len(other.token_ids)
+    ray_session.kill(server)

@@ -255,6 +255,23 @@ def test_each_trials_rollout_server_started_before_verls_training_workers(search
             assert began["HFRolloutServer"] < began["WorkerDict"], cell
 
 
+VERL_PROCESSES = 6  # the driver, TaskRunner, training worker, rollout server, reward worker, agent-loop worker
+
+
+def test_each_trials_rollout_server_is_its_request_router(searched) -> None:
+    """The CPU rollout's one server answers verl's router calls itself (cpu/patches.py): at every start of every
+    cell, six processes imported verl, not seven; none was verl's `GlobalRequestLoadBalancer` (which logs nothing,
+    so it would be the one process whose name verl's log does not give)."""
+    out, _ = searched
+    for cell in cells(out):
+        trial = trial_dir(out, cell)
+        names = timeline.actor_names((trial / "verl.log").read_text())
+        for events in timeline.starts(timeline.read(trial / timeline.FILE_NAME)):
+            imported = [names.get(e["pid"], e["process"]) for e in events if e["event"] == "verl_imported"]
+            assert len(imported) == VERL_PROCESSES and "GlobalRequestLoadBalancer" not in imported, (cell, imported)
+            assert {"HFRolloutServer", "AgentLoopWorkerTQ", "WorkerDict"} <= set(imported), (cell, imported)
+
+
 def same_numbers(record: dict) -> dict:
     """A verl metrics record without its clock readings (`timing_s/`, `timing_per_token_ms/`, `perf/` and
     `actor/perf/`: seconds, throughput, memory)."""

@@ -19,6 +19,12 @@ imports the module it changes (`plugin.after_import`), each checked against what
 - agent loop `AGENT_LOOP_NAME` (rollout.py) enters `verl.experimental.agent_loop.agent_loop.
   _agent_loop_registry` by class path, as verl's `register` decorator does; it relies on verl's
   single-turn agent loop sending request id `det-<priority>` under rollout.full_determinism.
+- verl's `LLMServerManager` (`verl.workers.rollout.llm_server`) starts a `GlobalRequestLoadBalancer` actor that
+  the agent loop's `LLMServerClient` asks for a server before each request. For rollout `ROLLOUT_NAME` with one
+  server (the synchronous trainer's one replica), `_init_global_load_balancer` hands the clients that server's
+  handle instead, and the server answers the router's calls (`rollout.HFRolloutServer.acquire_server`): one
+  process fewer per trial, which would import verl only to route every request to the one server. Any other
+  rollout, or more servers, get verl's router.
 
 `check_pinned()` imports every target and raises `PinnedSymbolError` if one is not what these
 changes assume; the same checks run before each change is applied.
@@ -29,6 +35,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import re
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -50,6 +57,9 @@ AGENT_LOOPS = "verl.experimental.agent_loop.agent_loop"
 SINGLE_TURN = "verl.experimental.agent_loop.single_turn_agent_loop"
 SINGLE_TURN_REQUEST_ID = 'request_id = f"det-{priority}" if getattr(self.rollout_config, "full_determinism", False)'
 AGENT_LOOP = "tune_dfrl.trainers.verl.cpu.rollout.GroupIndexedAgentLoop"
+LLM_SERVER = "verl.workers.rollout.llm_server"
+ROUTER_CREATION = "self.global_load_balancer = get_router_handle("
+ROUTER_CALLS = ("acquire_server", "release_server", "require_acquire_fields", "require_release_fields")
 
 
 class PinnedSymbolError(RuntimeError):
@@ -222,6 +232,36 @@ def check_single_turn(module: ModuleType) -> None:
     )
 
 
+def check_llm_server(module: ModuleType) -> None:
+    manager, client = getattr(module, "LLMServerManager", None), getattr(module, "LLMServerClient", None)
+    method = getattr(manager, "_init_global_load_balancer", None)
+    _require(
+        callable(method) and client is not None, f"{LLM_SERVER}.LLMServerManager._init_global_load_balancer is missing"
+    )
+    _require(
+        ROUTER_CREATION in inspect.getsource(getattr(method, "__wrapped__", method)),
+        f"{LLM_SERVER}.LLMServerManager._init_global_load_balancer no longer sets `{ROUTER_CREATION}...`",
+    )
+    calls = set(re.findall(r"self\._load_balancer\.(\w+)\.remote", inspect.getsource(client)))
+    _require(calls == set(ROUTER_CALLS), f"{LLM_SERVER}.LLMServerClient calls its router's {sorted(calls)}")
+
+
+def route_through_the_server(module: ModuleType) -> None:
+    check_llm_server(module)
+    manager = module.LLMServerManager
+    original = manager._init_global_load_balancer
+    if getattr(original, "__wrapped__", None) is not None:
+        return
+
+    @functools.wraps(original)
+    async def _init_global_load_balancer(self: Any) -> None:
+        if self.rollout_config.name != ROLLOUT_NAME or len(self.server_handles) != 1:
+            return await original(self)
+        self.global_load_balancer = self.server_handles[0]
+
+    manager._init_global_load_balancer = _init_global_load_balancer
+
+
 def install() -> None:
     after_import(DISTRIBUTED, patch_distributed)
     after_import(FSDP_ENGINES, patch_engines)
@@ -229,6 +269,7 @@ def install() -> None:
     after_import(ROLLOUT_REPLICA, register_rollout_replica)
     after_import(AGENT_LOOPS, register_agent_loop)
     after_import(SINGLE_TURN, check_single_turn)
+    after_import(LLM_SERVER, route_through_the_server)
 
 
 def check_pinned() -> None:
@@ -240,3 +281,4 @@ def check_pinned() -> None:
     check_rollout_replica(importlib.import_module(ROLLOUT_REPLICA))
     check_agent_loops(importlib.import_module(AGENT_LOOPS))
     check_single_turn(importlib.import_module(SINGLE_TURN))
+    check_llm_server(importlib.import_module(LLM_SERVER))

@@ -6,6 +6,10 @@ verl's synchronous trainer (hybrid mode) runs one replica per training worker:
   actor, named after the replica, whose async `generate` verl's agent loop calls; the plugin trainer
   creates replica 0's before verl builds its training workers (`start_server`), so that the server's
   process imports this module (seconds) while theirs import verl, and the replica loads the model into it;
+- the server is also the request router of verl's clients (`LLMServerClient`): with one server, verl's
+  `GlobalRequestLoadBalancer` actor (a process of its own that imports verl) would send every request to it,
+  so the CPU support hands the clients the server's own handle (cpu/patches.py) and the server answers the
+  router's four calls itself (`acquire_server` returns the server);
 - `HFServerAdapter` (the worker-side rollout inside each training worker) sends the trainer's
   weights to that actor after every step (`update_weights`; one Ray call with the full tensors);
 - `GroupIndexedAgentLoop` (agent loop `AGENT_LOOP_NAME`) is verl's single-turn agent loop whose
@@ -138,7 +142,8 @@ def start_server(replica_rank: int, rollout_config: Any) -> ray.actor.ActorHandl
 
 
 class HFRolloutServer:
-    """Ray actor holding the rollout's copy of the model (`load`); serves `generate` one request at a time."""
+    """Ray actor holding the rollout's copy of the model (`load`); serves `generate` one request at a time, and
+    routes every request of verl's `LLMServerClient` to itself (the router calls below)."""
 
     def load(self, config: Any, model_config: Any, replica_rank: int) -> None:
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -148,7 +153,7 @@ class HFRolloutServer:
         eos = self.model.generation_config.eos_token_id
         self.stop_ids = {tokenizer.eos_token_id, *([] if eos is None else [eos] if isinstance(eos, int) else eos)}
         self.stop_ids.discard(None)
-        self.config, self.replica_rank = config, replica_rank
+        self.config, self.replica_rank, self.address = config, replica_rank, server_name(replica_rank)
         self.max_model_len = int(config.max_model_len or self.model.config.max_position_embeddings)
         self.weight_version = 0
         self.lock = asyncio.Lock()
@@ -191,6 +196,19 @@ class HFRolloutServer:
             stop_reason="completed",
             extra_fields={"global_steps": self.weight_version},
         )
+
+    def require_acquire_fields(self) -> list[str]:
+        return []
+
+    def require_release_fields(self) -> list[str]:
+        return []
+
+    def acquire_server(self, request_id: str) -> tuple[str, ray.actor.ActorHandle]:
+        """(this server's address, its handle): the one server of the replica takes every request."""
+        return self.address, ray.get_runtime_context().current_actor
+
+    def release_server(self, server_id: str) -> None:
+        pass
 
     async def wake_up(self, tags: list[str] | None = None) -> None:
         pass
