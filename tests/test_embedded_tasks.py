@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tune_dfrl.trainers.embedded import benchmarks
 from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS, get_benchmarks, training_pools
 from tune_dfrl.trainers.embedded.overlap import max_jaccard, ngrams, normal_form
 from tune_dfrl.trainers.embedded.tasks import DOMAINS, KINDS, Item, make_item, parse, verify
@@ -111,3 +112,27 @@ def test_normal_form_and_jaccard():
     assert ref[0] == 1 and jac[0] == pytest.approx(7 / 9)
     jac, ref = max_jaccard(["12+3="], ["12+4="])
     assert jac[0] == 0.0 and ref[0] == -1
+
+
+def test_training_pools_are_drawn_once_then_read_from_the_cache_folder(tmp_path, monkeypatch):
+    """The first process draws the pools and writes them to the cache folder; the next reads the same pools back;
+    an unreadable file is drawn again and rewritten; an unwritable folder only means drawing."""
+    drawn = benchmarks.draw_training_pools()
+    monkeypatch.setenv("TUNE_DFRL_CACHE", str(tmp_path / "cache"))
+    path = benchmarks.pools_file()
+    assert path.parent == tmp_path / "cache" and path.name.startswith("pools-")
+
+    def fresh_process_pools() -> dict:
+        benchmarks.training_pools.cache_clear()
+        return benchmarks.training_pools()
+
+    try:
+        assert fresh_process_pools() == drawn and path.exists()
+        path.write_text('{"math": [["math", "add"]]}')  # torn: the next process draws and rewrites it
+        assert fresh_process_pools() == drawn
+        stored = path.read_text()
+        assert fresh_process_pools() == drawn and path.read_text() == stored
+        monkeypatch.setenv("TUNE_DFRL_CACHE", str(path))  # a file where the folder goes
+        assert fresh_process_pools() == drawn
+    finally:
+        benchmarks.training_pools.cache_clear()

@@ -4,18 +4,30 @@ Benchmarks are generated from fixed seeds (5 math, 4 logic, 3 science, of differ
 difficulty levels). Training pools are drawn from the same generators with other seeds and
 exclude every candidate that matches an evaluation item exactly after normalisation or
 whose N-gram Jaccard with one exceeds the threshold (`overlap.py`); `checks.contamination_check`
-re-verifies that on the finished pools.
+re-verifies that on the finished pools. Drawing the pools takes ~1.5 CPU-s, which every process that trains
+or checks a recipe would pay (a search's driver and each of its trial workers): the first one to draw them keeps
+them in the cache folder (`tune_dfrl.cache_root`) as `pools-<key>.json`, which the others read instead; the key
+hashes the source of the generators (this module, tasks.py, overlap.py) and numpy's version.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import inspect
+import json
+import os
+import sys
+import tempfile
+from dataclasses import astuple, dataclass
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 
 from tune_dfrl.benchmarks import BenchmarkInfo
+from tune_dfrl.cache_root import default_cache_dir
 
+from . import overlap, tasks
 from .overlap import JACCARD_THRESHOLD, max_jaccard, normal_form
 from .tasks import DOMAINS, KINDS, Item, make_item
 
@@ -107,6 +119,35 @@ def _benchmark_items(benchmark: Benchmark) -> tuple[Item, ...]:
 
 @cache
 def training_pools() -> dict[str, tuple[Item, ...]]:
+    """Per-domain training prompts (warm-up and GRPO), as `draw_training_pools` draws them: read from the
+    cache folder's `pools_file()` when it is there and readable, else drawn and written there (when it can be)."""
+    path = pools_file()
+    try:
+        stored = json.loads(path.read_text())
+        return {d: tuple(Item(*fields) for fields in stored[d]) for d in DOMAINS}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    pools = draw_training_pools()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, staging = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
+        with os.fdopen(handle, "w") as out:
+            json.dump({d: [astuple(i) for i in items] for d, items in pools.items()}, out)
+        os.replace(staging, path)
+    except OSError:
+        pass
+    return pools
+
+
+def pools_file() -> Path:
+    """`<cache folder>/pools-<key>.json`: key = sha256 of the generators' source and numpy's version."""
+    h = hashlib.sha256(np.__version__.encode())
+    for module in (sys.modules[__name__], tasks, overlap):
+        h.update(inspect.getsource(module).encode())
+    return default_cache_dir() / f"pools-{h.hexdigest()[:16]}.json"
+
+
+def draw_training_pools() -> dict[str, tuple[Item, ...]]:
     """Per-domain training prompts (warm-up and GRPO): up to POOL_PER_KIND clean items of every
     kind of the domain, at least MIN_POOL_PER_KIND.
 
