@@ -94,7 +94,7 @@ def truncated_probs(log_p: torch.Tensor, top_k: int, top_p: float) -> torch.Tens
     return probs
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def sample(
     model: Any,
     prompt_ids: list[int],
