@@ -86,9 +86,9 @@ def check_distributed(module: ModuleType) -> None:
     )
 
 
-def replace_once(module: ModuleType, name: str, replacement: Callable[[Any], Callable[..., Any]]) -> None:
-    """Set `module.name` to `replacement(original)`, carrying the original as `__wrapped__`; a name already replaced
-    (it has `__wrapped__`) is left as it is."""
+def replace_once(module: Any, name: str, replacement: Callable[[Any], Callable[..., Any]]) -> None:
+    """Set `module.name` (an attribute of a module or a class) to `replacement(original)`, carrying the original as
+    `__wrapped__`; a name already replaced (it has `__wrapped__`) is left as it is."""
     original = getattr(module, name)
     if getattr(original, "__wrapped__", None) is None:
         setattr(module, name, functools.wraps(original, updated=())(replacement(original)))
@@ -248,18 +248,16 @@ def check_llm_server(module: ModuleType) -> None:
 
 def route_through_the_server(module: ModuleType) -> None:
     check_llm_server(module)
-    manager = module.LLMServerManager
-    original = manager._init_global_load_balancer
-    if getattr(original, "__wrapped__", None) is not None:
-        return
 
-    @functools.wraps(original)
-    async def _init_global_load_balancer(self: Any) -> None:
-        if self.rollout_config.name != ROLLOUT_NAME or len(self.server_handles) != 1:
-            return await original(self)
-        self.global_load_balancer = self.server_handles[0]
+    def one_server_routes(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        async def _init_global_load_balancer(self: Any) -> None:
+            if self.rollout_config.name != ROLLOUT_NAME or len(self.server_handles) != 1:
+                return await original(self)
+            self.global_load_balancer = self.server_handles[0]
 
-    manager._init_global_load_balancer = _init_global_load_balancer
+        return _init_global_load_balancer
+
+    replace_once(module.LLMServerManager, "_init_global_load_balancer", one_server_routes)
 
 
 def install() -> None:

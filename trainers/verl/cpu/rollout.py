@@ -153,7 +153,7 @@ class HFRolloutServer:
         eos = self.model.generation_config.eos_token_id
         self.stop_ids = {tokenizer.eos_token_id, *([] if eos is None else [eos] if isinstance(eos, int) else eos)}
         self.stop_ids.discard(None)
-        self.config, self.replica_rank, self.address = config, replica_rank, server_name(replica_rank)
+        self.config, self.replica_rank = config, replica_rank
         self.max_model_len = int(config.max_model_len or self.model.config.max_position_embeddings)
         self.weight_version = 0
         self.lock = asyncio.Lock()
@@ -205,7 +205,7 @@ class HFRolloutServer:
 
     def acquire_server(self, request_id: str) -> tuple[str, ray.actor.ActorHandle]:
         """(this server's address, its handle): the one server of the replica takes every request."""
-        return self.address, ray.get_runtime_context().current_actor
+        return server_name(self.replica_rank), ray.get_runtime_context().current_actor
 
     def release_server(self, server_id: str) -> None:
         pass
