@@ -1,5 +1,5 @@
-"""The folder tune_dfrl keeps across searches: the embedded base models (`base-<key>/`), the control cache
-(`controls/`) and the empty MLflow store new search folders copy (`mlflow/`).
+"""The folder tune_dfrl keeps across searches: the embedded base models (`base-<key>/`) and training pools
+(`pools-<key>.json`), the control cache (`controls/`) and the empty MLflow store new search folders copy (`mlflow/`).
 
 It is $TUNE_DFRL_CACHE (`~` expanded), else ~/.cache/tune_dfrl.
 """
