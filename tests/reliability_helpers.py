@@ -171,6 +171,20 @@ def descendants(root: int) -> set[int]:
     return {pid for pid in found if alive(pid)}
 
 
+def session_members(session: int) -> set[int]:
+    """The live processes of session `session` (one pass over /proc: quick enough to freeze a run mid-step; Ray's
+    workers each lead a process group of their own, inside the session of the process that started Ray)."""
+    members = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[3]) == session:
+            members.add(int(entry.name))
+    return members
+
+
 VERL_SUPERVISOR = "tune_dfrl.trainers.verl.supervise"  # the process trainers/verl/launcher.py starts per trial
 
 

@@ -22,6 +22,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from reliability_helpers import (
     records,
     resume_search,
     search_command,
+    session_members,
     short_tmp,
     signal_all,
     start,
@@ -230,7 +232,9 @@ def test_verl_trained_grpo_steps_with_the_kl_loss_and_its_importance_weights_rea
 def test_each_trials_private_ray_has_the_trials_size_and_a_bounded_object_store(searched) -> None:
     """verl's TaskRunner saw a Ray instance of `private_ray_logical_cpus` CPUs, one logical GPU and an object store of
     OBJECT_STORE_BYTES (Ray's default: 30% of this machine's memory, per trial), at every start of every cell; its
-    folder is in the system's temporary folder (a trial folder's path is too long for Ray's sockets)."""
+    folder is in the system's temporary folder (a trial folder's path is too long for Ray's sockets). The trial's
+    driver (driver.py) started that node while verl imported: verl's `ray.init` connected to it instead of starting
+    one."""
     out, _ = searched
     size = {
         "CPU": private_ray_logical_cpus(VerlBackend(search_plan(out)["recipe"]).config),
@@ -241,6 +245,9 @@ def test_each_trials_private_ray_has_the_trials_size_and_a_bounded_object_store(
         inits = [e for e in timeline.read(trial_dir(out, cell) / timeline.FILE_NAME) if e["event"] == "trainer_init"]
         assert inits and all(init["ray"] == size for init in inits), cell
         assert ray_temp_dir(trial_dir(out, cell)).parent == Path(tempfile.gettempdir())
+        log = (trial_dir(out, cell) / "verl.log").read_text()
+        connected = re.findall(r"^ray init kwargs: .*'address': '127\.0\.0\.1:\d+'", log, flags=re.MULTILINE)
+        assert len(connected) == len(inits) and "Started a local Ray instance" not in log, cell
 
 
 def test_each_trials_rollout_server_started_before_verls_training_workers(searched) -> None:
@@ -279,13 +286,15 @@ def same_numbers(record: dict) -> dict:
     return {k: v for k, v in record.items() if not k.startswith(clock)}
 
 
-def validating_step_1(out: Path) -> Cell | None:
+def validating_step_1(out: Path) -> tuple[Cell, int] | None:
     """A cell whose first verl start has saved its step-1 checkpoint and begun validating it (trainer.py's
-    `validate_begin`): verl logs step 1 only after that validation, so its milestone cannot have been recorded."""
+    `validate_begin`): verl logs step 1 only after that validation, so its milestone cannot have been recorded.
+    With the pid of the process that validates and would log (verl's TaskRunner)."""
     for path in (out / "cells").glob(f"*/seed*/checkpoint/{timeline.FILE_NAME}"):
         complete = path.read_text().split("\n")[:-1]  # (a line being written is not read)
-        if any(e["event"] == "validate_begin" and e["step"] == 1 for e in map(json.loads, complete)):
-            return path.parts[-4], int(path.parts[-3].removeprefix("seed"))
+        for event in map(json.loads, complete):
+            if event["event"] == "validate_begin" and event["step"] == 1:
+                return (path.parts[-4], int(path.parts[-3].removeprefix("seed"))), event["pid"]
     return None
 
 
@@ -305,9 +314,9 @@ class Resumed:
 def resumed(searched, files, control_cache, tmp_path_factory) -> Resumed:
     """The first search's command, one trial at a time, killed with `kill -9` as a trial validates its step-1
     checkpoint, then resumed. At that moment every process of the trial's verl run is frozen (verl would log step 1
-    and checkpoint step 2 within a second otherwise) and stays frozen, so that the trial dies between verl's checkpoint
-    of a step and that step's log and milestone; its supervisor, left running, must end it (SIGTERM, then SIGKILL
-    after its grace). Minutes: 3 real verl starts in sequence."""
+    and checkpoint step 2 within a second otherwise) and its TaskRunner killed, so that the trial dies between verl's
+    checkpoint of a step and that step's log and milestone; its supervisor, left running, must end the rest (SIGTERM,
+    then SIGKILL after its grace). Minutes: 3 real verl starts in sequence."""
     root = tmp_path_factory.mktemp("verl_cpu_resume")
     out, ray_tmp = root / "out", short_tmp("rt-verl-")
     one_at_a_time = ("ray.num_cpus=1", "scheduler.name=fifo")  # the first search's recipe (its control is cached)
@@ -315,16 +324,24 @@ def resumed(searched, files, control_cache, tmp_path_factory) -> Resumed:
     command = search_command(*args, *one_at_a_time)
     env = {**e2e.search_env(), "RAY_TMPDIR": str(ray_tmp)}
     driver = start(command, cwd=root, env=env, log=root / "interrupted.log")
+    found: list[tuple[Cell, int]] = []
+
+    def validating() -> bool:
+        found.extend(run for run in [validating_step_1(out)] if run)
+        return bool(found) or driver.poll() is not None
+
     try:
-        wait_for(
-            lambda: driver.poll() is not None or validating_step_1(out) is not None,
-            1800,
-            "a trial validating its step-1 checkpoint",
-            poll_s=0.05,
-        )
-        cell = validating_step_1(out)
+        wait_for(validating, 1800, "a trial validating its step-1 checkpoint", poll_s=0.05)
+        cell = found[0][0] if found else None
+        # The run's whole session at once: verl logs step 1 as soon as the validation ends. Its TaskRunner, which
+        # would log it, is killed: Ray's workers lead process groups of their own, and when the supervisor ends its
+        # group (the driver, the Ray node), the kernel continues the stopped processes of those orphaned groups.
+        if found:
+            signal_all(session_members(os.getsid(found[0][1])), signal.SIGSTOP)
+            os.kill(found[0][1], signal.SIGKILL)
         tree = verl_trees(out)
-        signal_all(tree - set(marked("supervise")), signal.SIGSTOP)  # all but its supervisor and guard
+        signal_all(tree - set(marked("supervise")), signal.SIGSTOP)  # any process of the run outside its session
+        signal_all(tree & set(marked("supervise")), signal.SIGCONT)  # its supervisor and guard go on
         rows_at_kill = cells(out).get(cell, [])
         sockets = listening(tree)  # (slow: every socket of ~30 processes)
         os.kill(driver.pid, signal.SIGKILL)
