@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from tune_dfrl.trainers.embedded.model import ModelShape, build_tokenizer, new_model, save_model
+from tune_dfrl.trainers.verl import timeline
 from tune_dfrl.trainers.verl.checks import machine_gpus
 from tune_dfrl.trainers.verl.recipe import check_verl_config, compose_verl_config, hydra_quote
 
@@ -91,7 +92,7 @@ def first_trial_config(stdout: str):
     """verl's config composed from the first trial's command line the dry run printed."""
     line = next(line for line in stdout.splitlines() if line.startswith("first trial"))
     command = shlex.split(line.split(": ", 1)[1])
-    return compose_verl_config(command[command.index("verl.trainer.main_ppo") + 1 :])
+    return compose_verl_config(command[command.index(timeline.DRIVER_MODULE) + 1 :])
 
 
 def warnings(stderr: str) -> list[str]:

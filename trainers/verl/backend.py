@@ -46,7 +46,7 @@ from . import checks, timeline
 from .launcher import JsonlTail, MilestoneReader, VerlRunError, child_env, run_child
 from .recipe import VerlRecipe, build_overrides, ends_at_final_milestone, ray_temp_dir
 
-VERL_MAIN = (sys.executable, "-m", "verl.trainer.main_ppo")
+VERL_MAIN = (sys.executable, "-m", timeline.DRIVER_MODULE)  # verl's main_ppo, its Ray started beside its imports
 
 
 class VerlBackend:

@@ -1,6 +1,7 @@
 """The verl recipe (Hydra group `backend/verl.yaml`) and the verl Hydra overrides of one trial.
 
-A trial (arm, seed) becomes `python -m verl.trainer.main_ppo <overrides>`. The overrides compose
+A trial (arm, seed) becomes `python -m verl.trainer.main_ppo <overrides>` (through driver.py, which starts the
+private Ray below while `main_ppo` imports). The overrides compose
 with verl's own config (`verl/trainer/config/ppo_trainer.yaml`) and, in order:
 
 - the recipe: model, parquet files, lengths, batch sizes, learning rate, GPUs, rollout engine,
@@ -161,7 +162,7 @@ class VerlRecipe:
     overrides: tuple[str, ...]
     device: str
     cpus_per_trial: int
-    command: tuple[str, ...] | None  # None: this Python's `-m verl.trainer.main_ppo`
+    command: tuple[str, ...] | None  # None: this Python's `-m tune_dfrl.trainers.verl.driver` (backend.VERL_MAIN)
 
     @classmethod
     def from_dict(cls, recipe: Mapping[str, Any]) -> VerlRecipe:

@@ -28,7 +28,7 @@ from typing import Any
 
 TIMELINE_ENV = "TUNE_DFRL_TIMELINE"
 FILE_NAME = "verl_timeline.jsonl"
-DRIVER_MODULE = "verl.trainer.main_ppo"
+DRIVER_MODULE = "tune_dfrl.trainers.verl.driver"  # the module the launcher runs as verl's driver (driver.py)
 
 
 def record(event: str, t: float | None = None, path: Path | str | None = None, **fields: Any) -> None:

@@ -1,0 +1,154 @@
+"""verl's driver (trainers/verl/driver.py): which overrides start the trial's Ray node, and that node, started while
+the driver module imports, on a real Ray: the trial's size and folder, loopback only, the driver connected to it, its
+exit code kept, nothing of it left when the driver ends. The real verl runs of tests/test_verl_search_cpu.py go
+through the same module (their private Ray's size, sockets and folders are asserted there)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from reliability_helpers import LOOPBACK, alive, listening, short_tmp, wait_for
+from tune_dfrl.trainers.verl.driver import RAY_INIT, split_overrides
+from tune_dfrl.trainers.verl.launcher import child_env
+from tune_dfrl.trainers.verl.recipe import (
+    VerlRecipe,
+    build_overrides,
+    default_recipe,
+    private_ray_logical_cpus,
+    ray_temp_dir,
+)
+
+from tune_dfrl.backend import ArmSpec
+
+ARM = ArmSpec("baseline", {}, "1e2006d35802", "baseline")
+
+
+def cpu_recipe(**changes) -> VerlRecipe:
+    paths = dict(model_path="/models/m", train_files=["/data/train.parquet"], val_files=["/data/val.parquet"])
+    return VerlRecipe.from_dict(default_recipe(device="cpu", **paths, **changes))
+
+
+def test_a_trials_overrides_give_its_ray_settings_to_the_node_and_the_rest_to_verl(tmp_path: Path) -> None:
+    """A cpu trial's overrides: the private Ray's settings (the last one of a key wins: the recipe's own overrides
+    come after ours) start the node; verl gets every other override, in order, and no Ray setting it would refuse."""
+    recipe = cpu_recipe(overrides=[f"{RAY_INIT}object_store_memory=123456789"])
+    overrides = build_overrides(recipe, ARM, 0, tmp_path)
+    node, rest = split_overrides(overrides)
+    assert node == {
+        "num_cpus": private_ray_logical_cpus(recipe),
+        "num_gpus": 1,
+        "object_store_memory": 123456789,
+        "temp_dir": str(ray_temp_dir(tmp_path)),
+        "include_dashboard": False,
+    }
+    assert rest == [line for line in overrides if RAY_INIT not in line] and len(rest) == len(overrides) - 7
+
+
+def test_overrides_that_do_not_start_a_node_reach_verl_unchanged() -> None:
+    """Another address (a running cluster) or none: no node; a deleted setting is not passed to the node."""
+    sizes = [f"+{RAY_INIT}num_cpus=4", f"+{RAY_INIT}num_gpus=1", "data.seed=3"]
+    for address in ([f"+{RAY_INIT}address='127.0.0.1:6379'"], [f"+{RAY_INIT}address=auto"], []):
+        assert split_overrides([*sizes, *address]) == (None, [*sizes, *address])
+    node, rest = split_overrides([f"+{RAY_INIT}address=local", *sizes, f"~{RAY_INIT}num_gpus"])
+    assert node == {"num_cpus": 4} and rest == ["data.seed=3"]
+
+
+# Stands in for verl's main_ppo: imported (by the driver's import thread), then run as __main__, where it connects to
+# the address the driver gave it, as verl's `ray.init(**ray_kwargs.ray_init)` does, describes what it sees, waits for
+# the test's go and exits with status 3.
+FAKE_DRIVER = """
+import json, os, sys, threading, time
+IMPORTED_IN = threading.current_thread().name
+if __name__ == "__main__":
+    import ray
+    address = sys.argv[-1].split("=", 1)[1].strip("'")
+    context = ray.init(address=address)
+    seen = {
+        "argv": sys.argv[1:],
+        "first_import_in": sys.modules["fake_driver"].IMPORTED_IN,
+        "resources": ray.cluster_resources(),
+        "nodes": len(ray.nodes()),
+        "session_dir": context.address_info["session_dir"],
+        "gcs_address": context.address_info["gcs_address"],
+    }
+    Path = __import__("pathlib").Path
+    Path(os.environ["FAKE_OUT"]).write_text(json.dumps(seen))
+    while not Path(os.environ["FAKE_OUT"] + ".go").exists():
+        time.sleep(0.05)
+    sys.exit(3)
+"""
+
+
+def group_members(pgid: int) -> set[int]:
+    members = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.add(int(entry.name))
+    return members
+
+
+def test_the_driver_starts_the_trials_ray_while_verl_imports_and_ends_it_with_verl(tmp_path: Path) -> None:
+    (tmp_path / "fake_driver.py").write_text(FAKE_DRIVER)
+    out, ray_dir = tmp_path / "seen.json", short_tmp("rt-driver-")
+    settings = {"address": "local", "num_cpus": 3, "num_gpus": 1, "object_store_memory": 80 * 1024**2}
+    argv = ["data.seed=3", *(f"+{RAY_INIT}{k}={v}" for k, v in settings.items())]
+    argv += [f"+{RAY_INIT}_temp_dir={ray_dir}", f"+{RAY_INIT}include_dashboard=false"]
+    code = "import sys; from tune_dfrl.trainers.verl import driver; driver.main(sys.argv[1:], 'fake_driver')"
+    env = child_env(tmp_path / "metrics.jsonl") | {"PYTHONPATH": str(tmp_path), "FAKE_OUT": str(out)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, *argv], cwd=tmp_path, env=env, start_new_session=True, stderr=subprocess.PIPE
+    )
+    try:
+        wait_for(lambda: out.exists() or child.poll() is not None, 120, "the stand-in driver to connect")
+        assert child.poll() is None, child.stderr.read().decode()[-3000:]
+        seen = json.loads(out.read_text())
+        running = group_members(child.pid)
+        sockets = listening(running)
+        (tmp_path / "seen.json.go").touch()
+        child.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while group_members(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = group_members(child.pid)
+    finally:
+        for pid in group_members(child.pid):
+            os.kill(pid, 9)
+        child.wait()
+    assert child.returncode == 3
+    assert seen["first_import_in"] == "import-verl-driver"  # imported beside the node's start, not after it
+    assert seen["argv"][0] == "data.seed=3" and len(seen["argv"]) == 2  # only the node's address was added
+    assert seen["argv"][1] == f"++{RAY_INIT}address='{seen['gcs_address']}'" and seen["nodes"] == 1
+    sized = {key: seen["resources"].get(key) for key in ("CPU", "GPU", "object_store_memory")}
+    assert sized == {"CPU": 3.0, "GPU": 1.0, "object_store_memory": float(80 * 1024**2)}
+    assert Path(seen["session_dir"]).parent == ray_dir and seen["gcs_address"].startswith("127.0.0.1:")
+    assert len(running) > 5 and sockets and {s for s in sockets if s[1] not in LOOPBACK} == set(), sockets
+    assert left == set() and not any(alive(pid) for pid in running)
+
+
+def test_a_node_that_cannot_start_fails_the_driver_with_rays_error(tmp_path: Path) -> None:
+    """verl's driver does not run then: the child exits non-zero with Ray's message and leaves no process."""
+    (tmp_path / "fake_driver.py").write_text(FAKE_DRIVER)
+    code = "import sys; from tune_dfrl.trainers.verl import driver; driver.main(sys.argv[1:], 'fake_driver')"
+    env = child_env(tmp_path / "metrics.jsonl") | {"PYTHONPATH": str(tmp_path), "FAKE_OUT": str(tmp_path / "seen")}
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, f"+{RAY_INIT}address=local", f"+{RAY_INIT}num_cpus=-1"],
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _, said = child.communicate(timeout=120)
+    assert child.returncode != 0 and "Resource quantities must be nonnegative" in said.splitlines()[-1], said[-3000:]
+    assert not (tmp_path / "seen").exists()
+    # what the node had started (its GCS, Ray's agents) is ended by its reaper, as when `ray.init` fails so
+    wait_for(lambda: not group_members(child.pid), 30, "the failed node's processes to end", poll_s=0.1)
