@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from reliability_helpers import LOOPBACK, alive, listening, short_tmp, wait_for
+from reliability_helpers import LOOPBACK, alive, listening, session_members, short_tmp, wait_for
 from tune_dfrl.trainers.verl.driver import RAY_INIT, split_overrides
 from tune_dfrl.trainers.verl.launcher import child_env
 from tune_dfrl.trainers.verl.recipe import (
@@ -84,18 +84,6 @@ if __name__ == "__main__":
 """
 
 
-def group_members(pgid: int) -> set[int]:
-    members = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            members.add(int(entry.name))
-    return members
-
-
 def test_the_driver_starts_the_trials_ray_while_verl_imports_and_ends_it_with_verl(tmp_path: Path) -> None:
     (tmp_path / "fake_driver.py").write_text(FAKE_DRIVER)
     out, ray_dir = tmp_path / "seen.json", short_tmp("rt-driver-")
@@ -111,16 +99,16 @@ def test_the_driver_starts_the_trials_ray_while_verl_imports_and_ends_it_with_ve
         wait_for(lambda: out.exists() or child.poll() is not None, 120, "the stand-in driver to connect")
         assert child.poll() is None, child.stderr.read().decode()[-3000:]
         seen = json.loads(out.read_text())
-        running = group_members(child.pid)
+        running = session_members(child.pid)
         sockets = listening(running)
         (tmp_path / "seen.json.go").touch()
         child.wait(timeout=60)
         deadline = time.monotonic() + 30
-        while group_members(child.pid) and time.monotonic() < deadline:
+        while session_members(child.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        left = group_members(child.pid)
+        left = session_members(child.pid)
     finally:
-        for pid in group_members(child.pid):
+        for pid in session_members(child.pid):
             os.kill(pid, 9)
         child.wait()
     assert child.returncode == 3
@@ -151,4 +139,4 @@ def test_a_node_that_cannot_start_fails_the_driver_with_rays_error(tmp_path: Pat
     assert child.returncode != 0 and "Resource quantities must be nonnegative" in said.splitlines()[-1], said[-3000:]
     assert not (tmp_path / "seen").exists()
     # what the node had started (its GCS, Ray's agents) is ended by its reaper, as when `ray.init` fails so
-    wait_for(lambda: not group_members(child.pid), 30, "the failed node's processes to end", poll_s=0.1)
+    wait_for(lambda: not session_members(child.pid), 30, "the failed node's processes to end", poll_s=0.1)
