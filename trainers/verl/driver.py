@@ -28,7 +28,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 VERL_DRIVER = "verl.trainer.main_ppo"
 RAY_INIT = "ray_kwargs.ray_init."
-# ray.init keyword -> the new node's RayParams field: what ray.init refuses when it connects to a running node.
+# ray.init keyword -> RayParams field: the settings of the node `ray.init` would start (the sizes it refuses when it
+# connects to a running node, its folder, its dashboard).
 NODE_SETTINGS = {
     "num_cpus": "num_cpus",
     "num_gpus": "num_gpus",
