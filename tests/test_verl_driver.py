@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from reliability_helpers import LOOPBACK, alive, listening, session_members, short_tmp, wait_for
@@ -62,7 +61,7 @@ def test_overrides_that_do_not_start_a_node_reach_verl_unchanged() -> None:
 # the address the driver gave it, as verl's `ray.init(**ray_kwargs.ray_init)` does, describes what it sees, waits for
 # the test's go and exits with status 3.
 FAKE_DRIVER = """
-import json, os, sys, threading, time
+import json, os, pathlib, sys, threading, time
 IMPORTED_IN = threading.current_thread().name
 if __name__ == "__main__":
     import ray
@@ -76,36 +75,44 @@ if __name__ == "__main__":
         "session_dir": context.address_info["session_dir"],
         "gcs_address": context.address_info["gcs_address"],
     }
-    Path = __import__("pathlib").Path
-    Path(os.environ["FAKE_OUT"]).write_text(json.dumps(seen))
-    while not Path(os.environ["FAKE_OUT"] + ".go").exists():
+    pathlib.Path(os.environ["FAKE_OUT"]).write_text(json.dumps(seen))
+    while not pathlib.Path(os.environ["FAKE_OUT"] + ".go").exists():
         time.sleep(0.05)
     sys.exit(3)
 """
 
 
+def start_driver(root: Path, argv: list[str], out: Path) -> subprocess.Popen:
+    """The driver running the stand-in (written under `root`) on `argv`, in a session of its own, with a trial's
+    environment (launcher.child_env: token authentication, loopback); the stand-in writes what it saw to `out`;
+    output to root/driver.log."""
+    (root / "fake_driver.py").write_text(FAKE_DRIVER)
+    code = "import sys; from tune_dfrl.trainers.verl import driver; driver.main(sys.argv[1:], 'fake_driver')"
+    env = child_env(root / "metrics.jsonl") | {"PYTHONPATH": str(root), "FAKE_OUT": str(out)}
+    with (root / "driver.log").open("w") as log:
+        return subprocess.Popen(
+            [sys.executable, "-c", code, *argv], cwd=root, env=env, start_new_session=True, stdout=log, stderr=log
+        )
+
+
 def test_the_driver_starts_the_trials_ray_while_verl_imports_and_ends_it_with_verl(tmp_path: Path) -> None:
-    (tmp_path / "fake_driver.py").write_text(FAKE_DRIVER)
     out, ray_dir = tmp_path / "seen.json", short_tmp("rt-driver-")
     settings = {"address": "local", "num_cpus": 3, "num_gpus": 1, "object_store_memory": 80 * 1024**2}
     argv = ["data.seed=3", *(f"+{RAY_INIT}{k}={v}" for k, v in settings.items())]
     argv += [f"+{RAY_INIT}_temp_dir={ray_dir}", f"+{RAY_INIT}include_dashboard=false"]
-    code = "import sys; from tune_dfrl.trainers.verl import driver; driver.main(sys.argv[1:], 'fake_driver')"
-    env = child_env(tmp_path / "metrics.jsonl") | {"PYTHONPATH": str(tmp_path), "FAKE_OUT": str(out)}
-    child = subprocess.Popen(
-        [sys.executable, "-c", code, *argv], cwd=tmp_path, env=env, start_new_session=True, stderr=subprocess.PIPE
-    )
+    child = start_driver(tmp_path, argv, out)
     try:
         wait_for(lambda: out.exists() or child.poll() is not None, 120, "the stand-in driver to connect")
-        assert child.poll() is None, child.stderr.read().decode()[-3000:]
+        assert child.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
         seen = json.loads(out.read_text())
         running = session_members(child.pid)
         sockets = listening(running)
         (tmp_path / "seen.json.go").touch()
         child.wait(timeout=60)
-        deadline = time.monotonic() + 30
-        while session_members(child.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        try:
+            wait_for(lambda: not session_members(child.pid), 30, "the node's processes to end", poll_s=0.1)
+        except TimeoutError:
+            pass
         left = session_members(child.pid)
     finally:
         for pid in session_members(child.pid):
@@ -124,18 +131,9 @@ def test_the_driver_starts_the_trials_ray_while_verl_imports_and_ends_it_with_ve
 
 def test_a_node_that_cannot_start_fails_the_driver_with_rays_error(tmp_path: Path) -> None:
     """verl's driver does not run then: the child exits non-zero with Ray's message and leaves no process."""
-    (tmp_path / "fake_driver.py").write_text(FAKE_DRIVER)
-    code = "import sys; from tune_dfrl.trainers.verl import driver; driver.main(sys.argv[1:], 'fake_driver')"
-    env = child_env(tmp_path / "metrics.jsonl") | {"PYTHONPATH": str(tmp_path), "FAKE_OUT": str(tmp_path / "seen")}
-    child = subprocess.Popen(
-        [sys.executable, "-c", code, f"+{RAY_INIT}address=local", f"+{RAY_INIT}num_cpus=-1"],
-        cwd=tmp_path,
-        env=env,
-        start_new_session=True,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    _, said = child.communicate(timeout=120)
+    child = start_driver(tmp_path, [f"+{RAY_INIT}address=local", f"+{RAY_INIT}num_cpus=-1"], tmp_path / "seen")
+    child.wait(timeout=120)
+    said = (tmp_path / "driver.log").read_text()
     assert child.returncode != 0 and "Resource quantities must be nonnegative" in said.splitlines()[-1], said[-3000:]
     assert not (tmp_path / "seen").exists()
     # what the node had started (its GCS, Ray's agents) is ended by its reaper, as when `ray.init` fails so
