@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +38,7 @@ from typing import Any
 
 from ray.tune import Callback
 
+from tune_dfrl.atomic_file import write_atomically
 from tune_dfrl.backend import RESULT_PREFIXES
 from tune_dfrl.ledger import PairedLedger
 
@@ -150,12 +149,8 @@ def append_record(path: Path, record: Mapping[str, Any]) -> None:
 
 
 def write_records(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
-    """Write JSON lines atomically: a temporary file in the same folder, renamed into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in records)
-    os.replace(tmp, path)
+    """Write JSON lines atomically (`atomic_file.write_atomically`)."""
+    write_atomically(path, "".join(json.dumps(r) + "\n" for r in records))
 
 
 class ResultsLog(Callback):

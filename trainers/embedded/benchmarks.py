@@ -15,15 +15,14 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import os
 import sys
-import tempfile
 from dataclasses import astuple, dataclass
 from functools import cache
 from pathlib import Path
 
 import numpy as np
 
+from tune_dfrl.atomic_file import write_atomically
 from tune_dfrl.benchmarks import BenchmarkInfo
 from tune_dfrl.cache_root import default_cache_dir
 
@@ -129,11 +128,7 @@ def training_pools() -> dict[str, tuple[Item, ...]]:
         pass
     pools = draw_training_pools()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, staging = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
-        with os.fdopen(handle, "w") as out:
-            json.dump({d: [astuple(i) for i in items] for d, items in pools.items()}, out)
-        os.replace(staging, path)
+        write_atomically(path, json.dumps({d: [astuple(i) for i in items] for d, items in pools.items()}))
     except OSError:
         pass
     return pools
