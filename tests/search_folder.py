@@ -27,7 +27,7 @@ from tune_dfrl.guarded import Guarded
 from tune_dfrl.ledger import FAILED as FAILED_END
 from tune_dfrl.ledger import FINISHED, PairedLedger
 from tune_dfrl.ledger import STOPPED as STOPPED_END
-from tune_dfrl.results import ResultsLog
+from tune_dfrl.results_log import ResultsLog
 from tune_dfrl.rungs import ArmDecision, RungDecision
 from tune_dfrl.schema import Summary
 from tune_dfrl.search_finish import finish

@@ -39,6 +39,24 @@ def test_the_search_driver_builds_the_backend_without_importing_transformers_mod
     assert done.stdout.split()[-1] == "[]"
 
 
+def test_a_trial_worker_imports_neither_scikit_learn_nor_scipys_statistics():
+    """A trial's worker runs `tune_dfrl.trial.run_cell` and makes the tiny model: the ledger's statistics live in
+    the driver (`tune_dfrl.results_log`), and transformers sees scikit-learn and scipy as not installed
+    (`import_hooks.lighten_transformers`): ~1 CPU-s of imports per worker."""
+    worker = (
+        "import sys, torch; import tune_dfrl.trial;"
+        "from tune_dfrl.trainers.embedded.model import ModelShape, build_tokenizer, new_model;"
+        "import tune_dfrl.trainers.embedded.grpo;"
+        "new_model(ModelShape(), len(build_tokenizer()), torch.Generator().manual_seed(0));"
+        "import transformers.generation.candidate_generator;"
+        "print(sorted(m for m in ('sklearn', 'scipy.stats', 'tune_dfrl.ledger', 'transformers.modeling_utils')"
+        " if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", worker], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == "['transformers.modeling_utils']"  # the model was made
+
+
 def test_backend_contract():
     backend: Backend = EmbeddedBackend()
     assert backend.name == "embedded"

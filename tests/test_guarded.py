@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from tune_dfrl.guarded import Guarded
-from tune_dfrl.results import ResultsLog
+from tune_dfrl.results_log import ResultsLog
 from tune_dfrl.search_finish import finish
 from tune_dfrl.search_run import Trained
 from tune_dfrl.tracking import SearchTracker

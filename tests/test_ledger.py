@@ -12,7 +12,8 @@ from tune_dfrl.feedback import OptunaFeedback
 from tune_dfrl.ledger import FAILED, FINISHED, STOPPED, PairedLedger, estimate_of
 from tune_dfrl.progress import Progress
 from tune_dfrl.report import analyze
-from tune_dfrl.results import ResultsLog, append_record, milestone_record, read_records
+from tune_dfrl.results import append_record, milestone_record, read_records
+from tune_dfrl.results_log import ResultsLog
 from tune_dfrl.rungs import RungBook, RungRule
 from tune_dfrl.scores import load_results
 

@@ -18,7 +18,8 @@ from reliability_helpers import TINY
 from tune_dfrl.cache_root import default_cache_dir
 from tune_dfrl.control_cache import default_cache_root
 from tune_dfrl.guarded import Guarded
-from tune_dfrl.results import ResultsLog, append_record, read_records, repair_log
+from tune_dfrl.results import append_record, read_records, repair_log
+from tune_dfrl.results_log import ResultsLog
 from tune_dfrl.resume import FolderInUse, check_folder_free, hold_folder
 from tune_dfrl.rungs import STOP, RungBook, RungRule
 from tune_dfrl.search_plan import compose, plan_search

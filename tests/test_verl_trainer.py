@@ -94,7 +94,7 @@ def test_plugin_registers_the_trainer_through_the_entry_point():
     """Fresh interpreters: `import verl` loads our entry point and verl's v1 registry then holds the
     trainer; importing the trainer module first (it imports verl's v1 package itself) works too. Either way the
     plugin keeps scikit-learn and scipy, which are installed, from being imported by transformers
-    (`plugin.hide_from_transformers`)."""
+    (`import_hooks.lighten_transformers`)."""
     firsts = ("import verl", "import tune_dfrl.trainers.verl.trainer")
     runs = [
         subprocess.Popen(

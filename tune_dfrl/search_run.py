@@ -156,7 +156,7 @@ def train(plan: Plan) -> Trained:
     from tune_dfrl.control_cache import ControlCacheWriter
     from tune_dfrl.pairing import INNER_METRIC, PairedRepeater
     from tune_dfrl.progress import Progress
-    from tune_dfrl.results import ResultsLog
+    from tune_dfrl.results_log import ResultsLog
     from tune_dfrl.scheduler import PairedScheduler, make_scheduler
     from tune_dfrl.tracking import SearchTracker
     from tune_dfrl.trial import CellJob, run_cell, trial_dirname

@@ -1,7 +1,9 @@
 """The tiny policy: a small Qwen2 decoder with a character-level tokenizer, saved as a HF model directory.
 
 transformers is imported where a model or tokenizer is made: its model classes take seconds to import, and the
-search driver, which imports this backend for its recipe's declaration, never makes one."""
+search driver, which imports this backend for its recipe's declaration, never makes one. When a trial's worker does,
+transformers sees scikit-learn and scipy as not installed (`import_hooks.lighten_transformers`: ~1 CPU-s of
+imports per worker that the tiny model never uses)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,12 @@ import numpy as np
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
+from ..import_hooks import lighten_transformers
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
+
+lighten_transformers()
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 PAD_ID, EOS_ID = 0, 1

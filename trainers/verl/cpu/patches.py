@@ -1,5 +1,5 @@
 """The changes verl 0.9.1 needs beyond a platform to train on CPU, each applied right after verl
-imports the module it changes (`plugin.after_import`), each checked against what 0.9.1 ships.
+imports the module it changes (`import_hooks.after_import`), each checked against what 0.9.1 ships.
 
 - `verl.utils.distributed.initialize_global_process_group_ray` builds the default process-group
   backend as "cpu:gloo,{device}:{backend}", which on device "cpu" reads "cpu:gloo,cpu:gloo" and
@@ -40,7 +40,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from ..plugin import CPU_PLATFORM, after_import
+from ...import_hooks import after_import
+from ..plugin import CPU_PLATFORM
 from . import AGENT_LOOP_NAME, ROLLOUT_NAME
 
 DISTRIBUTED = "verl.utils.distributed"
