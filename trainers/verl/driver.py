@@ -58,7 +58,8 @@ def split_overrides(overrides: Sequence[str]) -> tuple[dict[str, Any] | None, li
 
 def start_node(settings: dict[str, Any]) -> Any:
     """The head node `ray.init(address="local", ...)` starts (ray/_private/worker.py, Ray 2.60): token
-    authentication set up first, usage statistics off, a reaper that ends the node if this process dies."""
+    authentication set up first, usage statistics off, a reaper that ends the node if this process dies; without
+    the autoscaler's monitor process (`no_monitor`: a trial's one-node Ray never scales; ~0.5 CPU-s of imports)."""
     from ray._common.usage import usage_lib
     from ray._private.authentication.authentication_token_setup import (
         enable_token_auth_by_default,
@@ -70,7 +71,13 @@ def start_node(settings: dict[str, Any]) -> Any:
     enable_token_auth_by_default()
     ensure_token_if_auth_enabled({}, create_token_if_missing=True)
     usage_lib.set_usage_stats_enabled_via_env_var(False)
-    return Node(RayParams(**settings), head=True, shutdown_at_exit=False, spawn_reaper=True, ray_init_cluster=True)
+    return Node(
+        RayParams(**settings, no_monitor=True),
+        head=True,
+        shutdown_at_exit=False,
+        spawn_reaper=True,
+        ray_init_cluster=True,
+    )
 
 
 def end_node(node: Any) -> None:
