@@ -13,7 +13,8 @@ Two runs, shared by the tests (a verl CPU trial starts ~30 processes in 30-60 s 
 - `resumed`: the same search (same recipe and arm) one trial at a time (`ray.num_cpus=1`, no rung), its control
   taken from the first search's control cache (only the arm's 2 trials train), its driver killed with SIGKILL and
   its first trial's verl run frozen as that run validates its step-1 checkpoint (the trial dies between verl's
-  checkpoint of a step and that step's milestone), then the same command with resume=true.
+  checkpoint of a step and that step's milestone), then the same command with resume=true on a Ray of 2 CPUs (two
+  trials at a time).
 """
 
 from __future__ import annotations
@@ -316,7 +317,8 @@ def resumed(searched, files, control_cache, tmp_path_factory) -> Resumed:
     checkpoint, then resumed. At that moment every process of the trial's verl run is frozen (verl would log step 1
     and checkpoint step 2 within a second otherwise) and its TaskRunner killed, so that the trial dies between verl's
     checkpoint of a step and that step's log and milestone; its supervisor, left running, must end the rest (SIGTERM,
-    then SIGKILL after its grace). Minutes: 3 real verl starts in sequence."""
+    then SIGKILL after its grace). The resume runs two trials at a time (`ray.num_cpus=2`). Minutes: 3 real verl
+    starts, the first alone."""
     root = tmp_path_factory.mktemp("verl_cpu_resume")
     out, ray_tmp = root / "out", short_tmp("rt-verl-")
     one_at_a_time = ("ray.num_cpus=1", "scheduler.name=fifo")  # the first search's recipe (its control is cached)
@@ -358,7 +360,9 @@ def resumed(searched, files, control_cache, tmp_path_factory) -> Resumed:
     killed_records = verl_records(out, cell)
     log_at_kill = (trial_dir(out, cell) / "verl.log").stat().st_size
 
-    resume_search(command, root, env, ray_tmp, 2400)
+    # resumed on a Ray of 2 CPUs: the arm's two trials (the killed one's second verl start, the other seed's first)
+    # at once; a search's fingerprint holds no Ray setting
+    resume_search(search_command(*args, "ray.num_cpus=2", "scheduler.name=fifo"), root, env, ray_tmp, 2400)
     return Resumed(out, cell, rows_at_kill, killed_records, log_at_kill, tree, sockets, left)
 
 
