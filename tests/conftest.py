@@ -15,12 +15,12 @@ def ray_session():
     (`tune_dfrl.services.start_private_ray`); it never joins a cluster already on the machine."""
     import ray
 
-    from tune_dfrl.services import start_private_ray
+    from tune_dfrl.services import start_private_ray, stop_ray
 
     if not ray.is_initialized():
         start_private_ray(num_cpus=2, log_to_driver=False)
     yield ray
-    ray.shutdown()
+    stop_ray()
 
 
 @pytest.fixture(scope="session")

@@ -59,6 +59,7 @@ class Observed:
     listeners: set[tuple[str, str, int]]  # (process name, address, port) of every listening socket of the tree
     token: str
     clients: dict[str, str]  # client's credentials -> "accepted" | "refused"
+    commands: list[str]  # the command line of each process of the tree while its trials ran
 
 
 def is_trial_worker(pid: int) -> bool:
@@ -95,6 +96,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory, embedded_cache: Path) -> 
         assert driver.poll() is None, (root / "search.log").read_text()[-3000:]
         tree = descendants(driver.pid)
         listeners = listening(tree)
+        commands = [" ".join(psutil.Process(pid).cmdline()) for pid in tree]
         [gcs] = [psutil.Process(pid) for pid in tree if psutil.Process(pid).name() == "gcs_server"]
         token = gcs.environ()["RAY_AUTH_TOKEN"]  # the driver set it before starting the cluster's processes
         [gcs_port] = {c.laddr.port for c in gcs.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
@@ -121,7 +123,8 @@ def observed(tmp_path_factory: pytest.TempPathFactory, embedded_cache: Path) -> 
         assert driver.returncode == 0, (root / "search.log").read_text()[-3000:]
         folder = ray_tmp / f"tdfrl-{os.getuid()}"
         ray_files = {str(p.relative_to(folder)): token.encode() in p.read_bytes() for p in regular_files(folder)}
-        return Observed(root, out, home, stat.S_IMODE(folder.stat().st_mode), ray_files, listeners, token, clients)
+        mode = stat.S_IMODE(folder.stat().st_mode)
+        return Observed(root, out, home, mode, ray_files, listeners, token, clients, commands)
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
@@ -134,6 +137,14 @@ def test_every_listening_socket_of_the_search_is_on_loopback(observed: Observed)
     names = {name for name, _, _ in observed.listeners}
     assert {"gcs_server", "raylet"} <= names and any(name.startswith("ray::") for name in names), names
     assert {(name, ip, port) for name, ip, port in observed.listeners if ip not in LOOPBACK} == set()
+
+
+def test_the_private_cluster_runs_neither_the_autoscaler_nor_the_log_monitor(observed: Observed) -> None:
+    """One node never scales, and the search does not print its workers' output (`services.start_node`)."""
+    started = {
+        Path(word).name for c in observed.commands for word in c.split() if word.endswith(".py") and "/ray/" in word
+    }
+    assert "dashboard.py" in started and not {"monitor.py", "log_monitor.py"} & started, started
 
 
 def test_a_ray_client_without_the_clusters_token_is_refused(observed: Observed) -> None:

@@ -19,7 +19,7 @@ from tune_dfrl.trainers.verl.backend import VerlBackend  # noqa: E402
 from verl_stand_in import command  # noqa: E402
 
 from tune_dfrl.backend import ArmSpec  # noqa: E402
-from tune_dfrl.services import start_private_ray  # noqa: E402
+from tune_dfrl.services import start_private_ray, stop_ray  # noqa: E402
 
 
 def main() -> None:
@@ -51,7 +51,7 @@ def main() -> None:
             )
         )
     finally:
-        ray.shutdown()
+        stop_ray()
 
 
 if __name__ == "__main__":

@@ -353,7 +353,9 @@ def train(plan: Plan) -> Trained:
         if watch is not None and watch.lost is None:
             watch.stop()  # the shutdown below stops the GCS: not a loss
         if started_ray:
-            ray.shutdown()  # may block on a lost cluster: its watch ends the driver after GRACE_S
+            from tune_dfrl.services import stop_ray
+
+            stop_ray()  # may block on a lost cluster: its watch ends the driver after GRACE_S
         if watch is not None:
             watch.stop()
     return Trained(tracker, results_log.error, searcher.control_failed())

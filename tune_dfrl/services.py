@@ -182,15 +182,19 @@ TRIAL_THREAD_END_S = 30
 LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's local-only mode, the node's address is 127.0.0.1
 
 
-def start_private_ray(num_cpus: int | None, **options: Any) -> None:
-    """Start this process's private Ray cluster (it never joins one already on the machine), closed to others:
+def start_private_ray(num_cpus: int | None, num_gpus: int | None = None, **options: Any) -> None:
+    """Start this process's private Ray cluster of `num_cpus` and `num_gpus` (None: Ray counts the machine's; it never
+    joins one already on the machine), closed to others, and connect to it (`ray.init(address=...)` with
+    `options`); `stop_ray` ends it:
 
     - loopback only: in Ray's local-only mode (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`) the node's address is
       127.0.0.1, and Ray binds its gRPC servers (GCS, raylet, object manager, every worker), its agents and
       the dashboard agent to it; no dashboard;
     - token authentication, with a fresh random token in this process's environment only (`RAY_AUTH_TOKEN`):
       the cluster's processes inherit it, and so does the private Ray of each verl trial; no file holds it;
-    - Ray's folders (which Ray makes world-writable) inside `private_folder()`.
+    - Ray's folders (which Ray makes world-writable) inside `private_folder()`;
+    - the node `ray.init(address="local")` would start (`start_node`), without Ray's log monitor when
+      `log_to_driver=False` (nobody reads what it collects).
 
     The environment keeps these settings for the life of the process: whatever it starts inherits them.
     """
@@ -198,20 +202,77 @@ def start_private_ray(num_cpus: int | None, **options: Any) -> None:
     from ray._private import ray_constants
     from ray._raylet import AuthenticationTokenLoader
 
+    global _private_node
     temp_dir = private_folder() / "ray"
     os.environ[LOCAL_ONLY] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False  # read from the environment when ray was imported
     os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
     token_mode_on()
     AuthenticationTokenLoader.instance().reset_cache()
-    ray.init(
-        address="local",
-        num_cpus=num_cpus,
-        include_dashboard=False,
-        object_store_memory=100 * 1024**2,
-        _temp_dir=str(temp_dir),
-        **options,
+    settings = {"num_cpus": num_cpus, "num_gpus": num_gpus, "object_store_memory": 100 * 1024**2}
+    node = start_node(
+        {**settings, "temp_dir": str(temp_dir), "include_dashboard": False},
+        log_monitor=options.get("log_to_driver", True),
     )
+    try:
+        ray.init(address=node.address, **options)
+    except BaseException:
+        end_node(node)
+        raise
+    _private_node = node
+
+
+_private_node: Any = None  # the node `start_private_ray` started, ended by `stop_ray`
+
+
+def stop_ray() -> None:
+    """Disconnect this process from Ray (`ray.shutdown()`), and end the private cluster it started, if any."""
+    import ray
+
+    global _private_node
+    node, _private_node = _private_node, None
+    if node is None:
+        ray.shutdown()
+    else:
+        end_node(node)
+
+
+def start_node(settings: dict[str, Any], log_monitor: bool = True) -> Any:
+    """The head node `ray.init(address="local", ...)` starts (ray/_private/worker.py, Ray 2.60), with the `RayParams`
+    `settings`: token authentication set up first, usage statistics off, a reaper that ends the node if this process
+    dies; without the autoscaler's monitor process (a one-node private Ray never scales; ~0.5 CPU-s of imports), and
+    without Ray's log monitor unless `log_monitor` (it sends the workers' output to drivers that ask for it).
+
+    Ray's private `ray._private.node.Node`, as `ray.init` and `ray start` create theirs (pyproject.toml pins Ray).
+    In the main thread: Ray ties the node's processes to the thread that starts them (`PR_SET_PDEATHSIG`)."""
+    from ray._common.usage import usage_lib
+    from ray._private.authentication.authentication_token_setup import (
+        enable_token_auth_by_default,
+        ensure_token_if_auth_enabled,
+    )
+    from ray._private.node import Node
+    from ray._private.parameter import RayParams
+
+    enable_token_auth_by_default()
+    ensure_token_if_auth_enabled({}, create_token_if_missing=True)
+    usage_lib.set_usage_stats_enabled_via_env_var(False)
+    return Node(
+        RayParams(**settings, no_monitor=True, include_log_monitor=log_monitor),
+        head=True,
+        shutdown_at_exit=False,
+        spawn_reaper=True,
+        ray_init_cluster=True,
+    )
+
+
+def end_node(node: Any) -> None:
+    """What `ray.shutdown()` does for the node `ray.init` started: this process's connection closed, then the node's
+    processes ended (SIGTERM, then SIGKILL), its reaper included."""
+    import ray
+
+    ray.shutdown()
+    node.destroy_external_storage()
+    node.kill_all_processes(check_alive=False, allow_graceful=True)
 
 
 def private_folder() -> Path:

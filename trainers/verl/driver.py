@@ -11,8 +11,10 @@ its driver (with its own runtime_env). When `main_ppo` returns or raises, the co
 processes ended, as `ray.shutdown()` ends a node that `ray.init` started. With any other address (an existing
 cluster) the overrides reach `main_ppo` unchanged and nothing else happens.
 
-The node comes from Ray's private `ray._private.node.Node`, as `ray.init` and `ray start` create theirs; pyproject.toml
-pins Ray, and tests/test_verl_driver.py starts one through this module.
+The node is `tune_dfrl.services.start_node`'s (Ray's private `ray._private.node.Node`, as `ray.init` and `ray start`
+create theirs; pyproject.toml pins Ray), with Ray's log monitor (verl's driver prints its workers' output, which
+the trial's log and timeline read) and without the autoscaler's monitor; tests/test_verl_driver.py starts one through
+this module.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from tune_dfrl.services import end_node, start_node
 
 VERL_DRIVER = "verl.trainer.main_ppo"
 RAY_INIT = "ray_kwargs.ray_init."
@@ -54,40 +58,6 @@ def split_overrides(overrides: Sequence[str]) -> tuple[dict[str, Any] | None, li
     taken = {RAY_INIT + key for key in (*NODE_SETTINGS, "address")}
     node = {NODE_SETTINGS[key]: value for key, value in ray_init.items() if key in NODE_SETTINGS and value is not None}
     return node, [line for line, override in zip(overrides, parsed) if override.key_or_group not in taken]
-
-
-def start_node(settings: dict[str, Any]) -> Any:
-    """The head node `ray.init(address="local", ...)` starts (ray/_private/worker.py, Ray 2.60): token
-    authentication set up first, usage statistics off, a reaper that ends the node if this process dies; without
-    the autoscaler's monitor process (`no_monitor`: a trial's one-node Ray never scales; ~0.5 CPU-s of imports)."""
-    from ray._common.usage import usage_lib
-    from ray._private.authentication.authentication_token_setup import (
-        enable_token_auth_by_default,
-        ensure_token_if_auth_enabled,
-    )
-    from ray._private.node import Node
-    from ray._private.parameter import RayParams
-
-    enable_token_auth_by_default()
-    ensure_token_if_auth_enabled({}, create_token_if_missing=True)
-    usage_lib.set_usage_stats_enabled_via_env_var(False)
-    return Node(
-        RayParams(**settings, no_monitor=True),
-        head=True,
-        shutdown_at_exit=False,
-        spawn_reaper=True,
-        ray_init_cluster=True,
-    )
-
-
-def end_node(node: Any) -> None:
-    """What `ray.shutdown()` does for the node `ray.init` started: this driver's connection closed, then the node's
-    processes ended (SIGTERM, then SIGKILL), its reaper included."""
-    import ray
-
-    ray.shutdown()
-    node.destroy_external_storage()
-    node.kill_all_processes(check_alive=False, allow_graceful=True)
 
 
 def run_module(module: str, overrides: Sequence[str]) -> None:
