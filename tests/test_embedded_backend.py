@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from dataclasses import asdict
@@ -25,18 +26,23 @@ def _refused(arm: ArmSpec, recipe: dict, tmp_path: Path, match: str) -> None:
     assert reported == [] and not (tmp_path / "ckpt").exists() and not cache.exists()
 
 
+def imported(code: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of `modules` a fresh interpreter has imported after running `code`."""
+    probe = f"{code}\nimport sys; print(sorted(m for m in {modules!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return ast.literal_eval(done.stdout.splitlines()[-1])
+
+
 def test_the_search_driver_builds_the_backend_without_importing_transformers_models_or_verl():
     """The driver reads the recipe, validates arms and checks the base model; only trials train. transformers'
     model classes and verl's loss functions (which import them) are seconds of imports per search."""
     driver = (
-        "import sys; import tune_dfrl.search; from tune_dfrl.backend import ArmSpec;"
+        "import tune_dfrl.search; from tune_dfrl.backend import ArmSpec;"
         "from tune_dfrl.backend_registry import get_backend; backend = get_backend('embedded', {});"
-        "backend.validate(ArmSpec('difffilter', {'low': 0.3, 'high': 0.7}, 'band', 'band'));"
-        "print(sorted(m for m in ('transformers.modeling_utils', 'verl') if m in sys.modules))"
+        "backend.validate(ArmSpec('difffilter', {'low': 0.3, 'high': 0.7}, 'band', 'band'))"
     )
-    done = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split()[-1] == "[]"
+    assert imported(driver, ("transformers.modeling_utils", "verl")) == []
 
 
 def test_a_trial_worker_imports_neither_scikit_learn_nor_scipys_statistics():
@@ -44,17 +50,14 @@ def test_a_trial_worker_imports_neither_scikit_learn_nor_scipys_statistics():
     the driver (`tune_dfrl.results_log`), and transformers sees scikit-learn and scipy as not installed
     (`import_hooks.lighten_transformers`): ~1 CPU-s of imports per worker."""
     worker = (
-        "import sys, torch; import tune_dfrl.trial;"
+        "import torch; import tune_dfrl.trial;"
         "from tune_dfrl.trainers.embedded.model import ModelShape, build_tokenizer, new_model;"
         "import tune_dfrl.trainers.embedded.grpo;"
         "new_model(ModelShape(), len(build_tokenizer()), torch.Generator().manual_seed(0));"
-        "import transformers.generation.candidate_generator;"
-        "print(sorted(m for m in ('sklearn', 'scipy.stats', 'tune_dfrl.ledger', 'transformers.modeling_utils')"
-        " if m in sys.modules))"
+        "import transformers.generation.candidate_generator"
     )
-    done = subprocess.run([sys.executable, "-c", worker], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split("\n")[-2] == "['transformers.modeling_utils']"  # the model was made
+    modules = ("sklearn", "scipy.stats", "tune_dfrl.ledger", "transformers.modeling_utils")
+    assert imported(worker, modules) == ["transformers.modeling_utils"]  # the model was made, with neither
 
 
 def test_backend_contract():
