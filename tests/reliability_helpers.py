@@ -154,6 +154,19 @@ def signal_all(pids: set[int], sig: int) -> None:
             pass
 
 
+def ray_scripts(pids: set[int]) -> set[str]:
+    """The file names of Ray's own Python scripts (`dashboard.py`, `log_monitor.py`, the autoscaler's `monitor.py`,
+    ...) that the processes `pids` run."""
+    found = set()
+    for pid in pids:
+        try:
+            words = psutil.Process(pid).cmdline()
+        except psutil.NoSuchProcess:
+            continue
+        found |= {Path(word).name for word in words if word.endswith(".py") and "/ray/" in word}
+    return found
+
+
 def descendants(root: int) -> set[int]:
     """`root` and every live process below it (by parent pid)."""
     parents: dict[int, int] = {}

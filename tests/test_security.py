@@ -26,6 +26,7 @@ from reliability_helpers import (
     TINY,
     descendants,
     listening,
+    ray_scripts,
     records,
     search_command,
     short_tmp,
@@ -59,7 +60,7 @@ class Observed:
     listeners: set[tuple[str, str, int]]  # (process name, address, port) of every listening socket of the tree
     token: str
     clients: dict[str, str]  # client's credentials -> "accepted" | "refused"
-    commands: list[str]  # the command line of each process of the tree while its trials ran
+    ray_scripts: set[str]  # Ray's Python scripts the tree ran while its trials ran
 
 
 def is_trial_worker(pid: int) -> bool:
@@ -96,7 +97,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory, embedded_cache: Path) -> 
         assert driver.poll() is None, (root / "search.log").read_text()[-3000:]
         tree = descendants(driver.pid)
         listeners = listening(tree)
-        commands = [" ".join(psutil.Process(pid).cmdline()) for pid in tree]
+        scripts = ray_scripts(tree)
         [gcs] = [psutil.Process(pid) for pid in tree if psutil.Process(pid).name() == "gcs_server"]
         token = gcs.environ()["RAY_AUTH_TOKEN"]  # the driver set it before starting the cluster's processes
         [gcs_port] = {c.laddr.port for c in gcs.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
@@ -124,7 +125,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory, embedded_cache: Path) -> 
         folder = ray_tmp / f"tdfrl-{os.getuid()}"
         ray_files = {str(p.relative_to(folder)): token.encode() in p.read_bytes() for p in regular_files(folder)}
         mode = stat.S_IMODE(folder.stat().st_mode)
-        return Observed(root, out, home, mode, ray_files, listeners, token, clients, commands)
+        return Observed(root, out, home, mode, ray_files, listeners, token, clients, scripts)
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
@@ -141,9 +142,7 @@ def test_every_listening_socket_of_the_search_is_on_loopback(observed: Observed)
 
 def test_the_private_cluster_runs_neither_the_autoscaler_nor_the_log_monitor(observed: Observed) -> None:
     """One node never scales, and the search does not print its workers' output (`services.start_node`)."""
-    started = {
-        Path(word).name for c in observed.commands for word in c.split() if word.endswith(".py") and "/ray/" in word
-    }
+    started = observed.ray_scripts
     assert "dashboard.py" in started and not {"monitor.py", "log_monitor.py"} & started, started
 
 

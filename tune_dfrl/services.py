@@ -182,6 +182,9 @@ TRIAL_THREAD_END_S = 30
 LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's local-only mode, the node's address is 127.0.0.1
 
 
+_private_node: Any = None  # the node `start_private_ray` started, ended by `stop_ray`
+
+
 def start_private_ray(num_cpus: int | None, num_gpus: int | None = None, **options: Any) -> None:
     """Start this process's private Ray cluster of `num_cpus` and `num_gpus` (None: Ray counts the machine's; it never
     joins one already on the machine), closed to others, and connect to it (`ray.init(address=...)` with
@@ -209,20 +212,20 @@ def start_private_ray(num_cpus: int | None, num_gpus: int | None = None, **optio
     os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
     token_mode_on()
     AuthenticationTokenLoader.instance().reset_cache()
-    settings = {"num_cpus": num_cpus, "num_gpus": num_gpus, "object_store_memory": 100 * 1024**2}
-    node = start_node(
-        {**settings, "temp_dir": str(temp_dir), "include_dashboard": False},
-        log_monitor=options.get("log_to_driver", True),
-    )
+    settings = {
+        "num_cpus": num_cpus,
+        "num_gpus": num_gpus,
+        "object_store_memory": 100 * 1024**2,
+        "temp_dir": str(temp_dir),
+        "include_dashboard": False,
+    }
+    node = start_node(settings, log_monitor=options.get("log_to_driver", True))
     try:
         ray.init(address=node.address, **options)
     except BaseException:
         end_node(node)
         raise
     _private_node = node
-
-
-_private_node: Any = None  # the node `start_private_ray` started, ended by `stop_ray`
 
 
 def stop_ray() -> None:
