@@ -60,6 +60,30 @@ def test_a_trial_worker_imports_neither_scikit_learn_nor_scipys_statistics():
     assert imported(worker, modules) == ["transformers.modeling_utils"]  # the model was made, with neither
 
 
+def test_a_trial_imports_torch_only_through_its_backend(tmp_path):
+    """`tune_dfrl.trial.run_cell` leaves torch to the backend (the embedded one sets its own threads): a trial whose
+    backend trains elsewhere or without torch (verl's child process; the verl backend's checks, which import the
+    policies, run in the driver only; the tests' synthetic backend) does not pay its imports (~1.5 CPU-s per trial
+    process), and records the CPUs it was given as its threads."""
+    trial = f"""
+import tune_dfrl.trainers.verl.backend  # a verl trial's process: the launcher of verl's child
+from ray import tune
+from tune_dfrl.backend import Milestone
+from tune_dfrl.trial import CellJob, run_cell
+reported = []
+tune.report = reported.append  # run_cell outside a Tune session: what it reports
+class NoTorch:
+    recipe = {{"steps": 2, "milestone_every": 1}}
+    def run_trial(self, arm, seed, report, checkpoint_dir):
+        for step in (1, 2):
+            report(Milestone(step, {{"b": 50.0}}, {{"b": 10.0}}, {{"b": 0.0}}, {{"db": 50.0}}))
+arm = {{"method": "baseline", "params": {{}}, "arm_id": "c0", "label": "baseline"}}
+run_cell({{"arm": arm, "seed": 0}}, CellJob(NoTorch(), {str(tmp_path)!r}, 3, "c0"))
+assert [(r["step"], r["threads"]) for r in reported] == [(1.0, 3), (2.0, 3)], reported
+"""
+    assert imported(trial, ("torch",)) == []
+
+
 def test_backend_contract():
     backend: Backend = EmbeddedBackend()
     assert backend.name == "embedded"

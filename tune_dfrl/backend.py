@@ -91,7 +91,8 @@ class Backend(Protocol):
         ...
 
     def resources(self) -> dict[str, float]:
-        """Resources one trial needs, e.g. {"cpu": 1, "gpu": 0}; the trial uses exactly that many threads."""
+        """Resources one trial needs, e.g. {"cpu": 1, "gpu": 0}; a backend that trains in the trial's process uses
+        that many threads."""
         ...
 
     def run_trial(self, arm: ArmSpec, seed: int, report: Callable[[Milestone], None], checkpoint_dir: Path) -> None:

@@ -16,6 +16,7 @@ seeded from the control cache (`tune_dfrl.control_cache`) replays without traini
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,12 +78,18 @@ class CellJob:
     faults: tuple[PlantedFault, ...] = ()  # TEST ONLY
 
 
+def trial_threads(cpus: int) -> int:
+    """The torch threads a trial trains with when its backend trains in this process with torch (the embedded
+    backend sets them, `EmbeddedRecipe.threads`), else the `cpus` it was given (a backend that trains elsewhere, as
+    verl's child process, or without torch): the trial's process imports torch only if its backend does."""
+    torch = sys.modules.get("torch")
+    return torch.get_num_threads() if torch is not None else cpus
+
+
 def run_cell(config: dict[str, Any], job: CellJob) -> None:
-    """Replay the cell's recorded milestones, then train the rest with exactly `job.cpus` torch threads."""
-    import torch
+    """Replay the cell's recorded milestones, then train the rest (the backend trains with `job.cpus` threads)."""
     from ray import tune
 
-    torch.set_num_threads(job.cpus)
     arm = ArmSpec(**config["arm"])
     seed = int(config["seed"])
     final = int(job.backend.recipe["steps"])
@@ -100,7 +107,7 @@ def run_cell(config: dict[str, Any], job: CellJob) -> None:
             return  # re-reported by a backend resuming from its checkpoint; replayed above
         for fault in job.faults:
             fault.strike(arm.arm_id, job.control_id, seed, milestone.step, cell)
-        result = {**milestone.flat(), "final": milestone.step >= final, "threads": torch.get_num_threads()}
+        result = {**milestone.flat(), "final": milestone.step >= final, "threads": trial_threads(job.cpus)}
         records.append(milestone_record(config["arm"], seed, result))
         recorded.add(milestone.step)
         write_records(log, records)

@@ -42,7 +42,7 @@ from typing import Any
 from tune_dfrl.backend import ArmSpec, CalibrationResult, Milestone
 from tune_dfrl.benchmarks import BenchmarkInfo
 
-from . import checks, timeline
+from . import timeline
 from .launcher import JsonlTail, MilestoneReader, VerlRunError, child_env, run_child
 from .recipe import VerlRecipe, build_overrides, ends_at_final_milestone, ray_temp_dir
 
@@ -65,7 +65,12 @@ class VerlBackend:
     def benchmarks(self) -> list[BenchmarkInfo]:
         return list(self.config.benchmark_set().benchmarks)
 
+    # The checks run in the driver only (`checks` imports the data policies, hence torch, which a trial's process,
+    # a launcher of verl's child, does without).
+
     def calibrate(self) -> CalibrationResult:
+        from . import checks
+
         return checks.calibrate(self.config)
 
     def prepare(self) -> None:
@@ -74,6 +79,8 @@ class VerlBackend:
     def validate(self, arm: ArmSpec) -> None:
         """The recipe and the arm (`checks.check_trial`); on cpu also the CPU rollout. What this machine lacks for
         cuda trials is listed by `machine_problems`."""
+        from . import checks
+
         checks.check_trial(arm, self.config)
         if self.config.device == "cpu":
             checks.check_rollout_engine(self.config)
@@ -81,6 +88,8 @@ class VerlBackend:
     def machine_problems(self) -> list[str]:
         """What this machine lacks for the recipe's cuda trials (`checks.machine_problems`): the search refuses to
         start on the first; a dry run prints them as warnings."""
+        from . import checks
+
         return checks.machine_problems(self.config)
 
     def trial_command(self, arm: ArmSpec, seed: int, checkpoint_dir: Path, validate_first: bool = False) -> list[str]:
