@@ -61,6 +61,7 @@ class Observed:
     token: str
     clients: dict[str, str]  # client's credentials -> "accepted" | "refused"
     ray_scripts: set[str]  # Ray's Python scripts the tree ran while its trials ran
+    workers: dict[str, bool]  # each Ray worker process's output file (logs/worker-*.out) -> it ran an actor or task
 
 
 def is_trial_worker(pid: int) -> bool:
@@ -124,10 +125,16 @@ def observed(tmp_path_factory: pytest.TempPathFactory, embedded_cache: Path) -> 
         assert driver.returncode == 0, (root / "search.log").read_text()[-3000:]
         folder = ray_tmp / f"tdfrl-{os.getuid()}"
         ray_files = {str(p.relative_to(folder)): token.encode() in p.read_bytes() for p in regular_files(folder)}
+        workers = {p.name: ran_something(p.read_text()) for p in folder.glob("ray/session_*/logs/worker-*.out")}
         mode = stat.S_IMODE(folder.stat().st_mode)
-        return Observed(root, out, home, mode, ray_files, listeners, token, clients, scripts)
+        return Observed(root, out, home, mode, ray_files, listeners, token, clients, scripts, workers)
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def ran_something(worker_output: str) -> bool:
+    """Ray marks a worker's output with the name of each actor or task it runs (`:actor_name:`, `:task_name:`)."""
+    return ":actor_name:" in worker_output or ":task_name:" in worker_output
 
 
 def regular_files(folder: Path) -> list[Path]:
@@ -144,6 +151,12 @@ def test_the_private_cluster_runs_neither_the_autoscaler_nor_the_log_monitor(obs
     """One node never scales, and the search does not print its workers' output (`services.start_node`)."""
     started = observed.ray_scripts
     assert "dashboard.py" in started and not {"monitor.py", "log_monitor.py"} & started, started
+
+
+def test_the_private_cluster_starts_a_worker_process_only_for_work(observed: Observed) -> None:
+    """Ray starts no idle workers ahead of demand there (`services.NO_WORKER_PRESTART`): each trial is an actor with a
+    process of its own, so prestarted workers would only take CPU and memory while the search starts."""
+    assert observed.workers and all(observed.workers.values()), observed.workers
 
 
 def test_a_ray_client_without_the_clusters_token_is_refused(observed: Observed) -> None:

@@ -180,6 +180,10 @@ def _location(module: str) -> str:
 
 TRIAL_THREAD_END_S = 30
 LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's local-only mode, the node's address is 127.0.0.1
+# Ray's raylet starts idle workers ahead of demand (as many as the node's CPUs, when the first driver connects). An
+# actor gets a process of its own, so the search's trials (Tune's actors) and verl's never use them: they only take
+# CPU (~0.6 s each) and memory while a search or a verl trial starts.
+NO_WORKER_PRESTART = {"RAY_prestart_worker_first_driver": "0", "RAY_enable_worker_prestart": "0"}
 
 
 _private_node: Any = None  # the node `start_private_ray` started, ended by `stop_ray`
@@ -196,6 +200,7 @@ def start_private_ray(num_cpus: int | None, num_gpus: int | None = None, **optio
     - token authentication, with a fresh random token in this process's environment only (`RAY_AUTH_TOKEN`):
       the cluster's processes inherit it, and so does the private Ray of each verl trial; no file holds it;
     - Ray's folders (which Ray makes world-writable) inside `private_folder()`;
+    - no idle workers started ahead of demand (`NO_WORKER_PRESTART`);
     - the node `ray.init(address="local")` would start (`start_node`), without Ray's log monitor when
       `log_to_driver=False` (nobody reads what it collects).
 
@@ -208,6 +213,7 @@ def start_private_ray(num_cpus: int | None, num_gpus: int | None = None, **optio
     global _private_node
     temp_dir = private_folder() / "ray"
     os.environ[LOCAL_ONLY] = "0"
+    os.environ.update(NO_WORKER_PRESTART)
     ray_constants.ENABLE_RAY_CLUSTER = False  # read from the environment when ray was imported
     os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
     token_mode_on()

@@ -36,6 +36,7 @@ import numpy as np
 
 from tune_dfrl.backend import Milestone
 from tune_dfrl.benchmarks import BenchmarkSet, milestone_aggregates
+from tune_dfrl.services import NO_WORKER_PRESTART
 
 from .recipe import BenchmarkSource
 from .supervise import end_group, signal_group
@@ -51,7 +52,6 @@ TRAIN_METRICS = (
     "actor/kl_loss",
     "actor/grad_norm",
 )
-RAY_PRESTART = {"RAY_prestart_worker_first_driver": "0", "RAY_enable_worker_prestart": "0"}
 _VAL_KEY = re.compile(r"val-(?:core|aux)/(?P<source>.+)/(?P<var>[^/]+)/mean@(?P<n>\d+)")
 
 
@@ -64,13 +64,13 @@ def child_env(metrics_path: Path, base: Mapping[str, str] | None = None) -> dict
     verl's file logger into the trial folder, no wandb, no hub downloads, our plugin loaded, no
     inherited `RAY_ADDRESS` (the child starts its own Ray instance), that Ray on loopback only with token
     authentication (a fresh token unless the environment already holds one, e.g. the search's), no idle Ray workers started
-    ahead of demand (`RAY_PRESTART`): verl's actors each need their own process, so Ray's prestarted
-    workers sit idle and only take CPU while the trial starts."""
+    ahead of demand (`services.NO_WORKER_PRESTART`): verl's actors each need their own process, so Ray's
+    prestarted workers sit idle and only take CPU while the trial starts."""
     env = dict(os.environ if base is None else base)
     env.pop("RAY_ADDRESS", None)
     env.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
     env.update(
-        RAY_PRESTART,
+        NO_WORKER_PRESTART,
         RAY_AUTH_MODE="token",
         RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # Ray's local-only mode: every listener on 127.0.0.1
         VERL_FILE_LOGGER_PATH=str(metrics_path),
