@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import ast
-import subprocess
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from fresh_interpreter import imported
 from tune_dfrl.policies import registry, scorers
 from tune_dfrl.trainers.embedded import EmbeddedBackend, EmbeddedRecipe
 
@@ -24,14 +22,6 @@ def _refused(arm: ArmSpec, recipe: dict, tmp_path: Path, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         EmbeddedBackend({"cache_dir": str(cache), **recipe}).run_trial(arm, 0, reported.append, tmp_path / "ckpt")
     assert reported == [] and not (tmp_path / "ckpt").exists() and not cache.exists()
-
-
-def imported(code: str, modules: tuple[str, ...]) -> list[str]:
-    """Which of `modules` a fresh interpreter has imported after running `code`."""
-    probe = f"{code}\nimport sys; print(sorted(m for m in {modules!r} if m in sys.modules))"
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return ast.literal_eval(done.stdout.splitlines()[-1])
 
 
 def test_the_search_driver_builds_the_backend_without_importing_transformers_models_or_verl():

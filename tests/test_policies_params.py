@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import itertools
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import optuna
 import pytest
 import torch
+from fresh_interpreter import imported
 from policies_batches import make_batch, random_batch
 from tune_dfrl.policies import (
     ALL_METHODS,
@@ -157,12 +156,7 @@ def test_make_policy_rejects_mixers():
 
 
 def test_policies_import_nothing_from_ray_optuna_or_verl():
-    code = (
-        "import sys, tune_dfrl.policies; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'ray', 'optuna', 'verl'}))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert imported("import tune_dfrl.policies", ("ray", "optuna", "verl")) == []
 
 
 # --- search ranges --------------------------------------------------------------------------
