@@ -13,9 +13,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import psutil
 import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Run
+from reliability_helpers import descendants, marked
 from search_folder import (
     BETTER,
     CLOSE,
@@ -51,7 +53,8 @@ def test_the_runs_url_names_the_experiment_and_the_runs_page_in_the_model_traini
         "http://127.0.0.1:5000/#/experiments/7/runs?viewStateShareKey=tune_dfrl.arms&workflowType=machine_learning"
     )
     assert ui_command("sqlite:////tmp/out/mlflow.db") == (
-        "mlflow ui --backend-store-uri sqlite:////tmp/out/mlflow.db --host 127.0.0.1 --port 5000"
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow ui --backend-store-uri sqlite:////tmp/out/mlflow.db "
+        "--host 127.0.0.1 --port 5000"
     )
     served = "http://mlflow.internal:8080/"
     assert ui_command(served) is None
@@ -63,7 +66,10 @@ def test_the_runs_url_names_the_experiment_and_the_runs_page_in_the_model_traini
 
 def test_the_search_ends_printing_the_ui_command_and_the_url_of_its_arms(searched: SimpleNamespace) -> None:
     *_, command, url = searched.printed.splitlines()
-    assert command == f"browse:  mlflow ui --backend-store-uri {searched.uri} --host 127.0.0.1 --port 5000"
+    assert command == (
+        f"browse:  MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow ui --backend-store-uri {searched.uri} "
+        "--host 127.0.0.1 --port 5000"
+    )
     assert url == f"         then open {runs_url(searched.uri, searched.experiment.experiment_id)}"
     assert f"/#/experiments/{searched.experiment.experiment_id}/runs?" in url
 
@@ -205,6 +211,11 @@ def test_the_screenshot_tool_serves_the_store_with_the_arms_view_and_stops_its_s
         with urllib.request.urlopen(api, timeout=30) as response:  # what the UI reads the saved views from
             tags = {t["key"]: t["value"] for t in json.load(response)["experiment"]["tags"]}
         assert tags[SAVED_VIEW_TAG + ARMS_VIEW] == searched.experiment.tags[SAVED_VIEW_TAG + ARMS_VIEW]
+        # the UI server as the printed command starts it (UI_SERVER_ENV): MLflow's job runner (started with the
+        # server, before it answers) and its queue consumers are not among its processes
+        servers = marked("mlflow", "server", str(searched.out / "mlflow.db"))
+        commands = [" ".join(psutil.Process(pid).cmdline()) for server in servers for pid in descendants(server)]
+        assert servers and not [c for c in commands if "mlflow.server.jobs" in c or "huey" in c], commands
     with pytest.raises(OSError):
         urllib.request.urlopen(f"{served}/health", timeout=5)
 

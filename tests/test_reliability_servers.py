@@ -56,6 +56,7 @@ from tune_dfrl.trainers.verl.recipe import OBJECT_STORE_BYTES, hydra_quote
 from verl_stand_in import command_override, write_model
 
 from tune_dfrl.services import LOCAL_ONLY
+from tune_dfrl.tracking import UI_SERVER_ENV
 from tune_dfrl.trial import MILESTONES, cell_dir
 
 # Loaded first by every Python process of the cluster: drops the editable finder that maps tune_dfrl to this checkout.
@@ -166,6 +167,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
             str(root / "server-artifacts"),
         ],
         cwd=root,
+        env=UI_SERVER_ENV,  # no job runner: 7 processes polling their queue, ~6 CPU-s a minute beside the tests
         log=root / "mlflow-server.log",
     )
     uri = f"http://127.0.0.1:{mlflow_port}"

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-from tune_dfrl.tracking import ARMS_VIEW, ROLE, SAVED_VIEW_TAG, runs_url
+from tune_dfrl.tracking import ARMS_VIEW, ROLE, SAVED_VIEW_TAG, UI_SERVER_ENV, runs_url
 
 SERVER_START_S = 180.0
 CHROMIUM_FLAGS = (
@@ -117,8 +117,9 @@ def screenshot(url: str, png: Path, width: int, height: int, wait_ms: int) -> No
 
 @contextmanager
 def mlflow_server(out: Path) -> Iterator[str]:
-    """`mlflow server` over OUT/mlflow.db (artifacts OUT/mlartifacts) on 127.0.0.1 at a free port, stopped (its
-    process group) on exit; yields its base URL once it answers /health."""
+    """`mlflow server` over OUT/mlflow.db (artifacts OUT/mlartifacts) on 127.0.0.1 at a free port, as the search's
+    printed `mlflow ui` command serves it (`UI_SERVER_ENV`), stopped (its process group) on exit; yields its base URL
+    once it answers /health."""
     port = free_port()
     served = f"http://127.0.0.1:{port}"
     store, artifacts = f"sqlite:///{out / 'mlflow.db'}", str(out / "mlartifacts")
@@ -127,6 +128,7 @@ def mlflow_server(out: Path) -> Iterator[str]:
         + ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, **UI_SERVER_ENV},
         start_new_session=True,  # its own process group: the server and its workers stop together
     )
     try:
