@@ -44,7 +44,7 @@ def embedded_cache():
 
 
 # Modules that run for minutes (real verl trainings, clusters, many full searches), in decreasing length (the sums
-# of their tests' `--durations` under `make test`): collected first, so that under `pytest -n 2 --dist loadfile
+# of their tests' `--durations` under `make test`): collected first, so that under `pytest -n 3 --dist loadfile
 # --no-loadscope-reorder` (make test) each worker starts on one and the workers end together. (xdist's default
 # `--loadscope-reorder` would instead send the modules with the most tests first, which puts these last.)
 LONG_MODULES = (
@@ -52,9 +52,9 @@ LONG_MODULES = (
     "test_reliability_servers.py",
     "test_reliability_hangs.py",
     "test_reliability_lost_trials.py",
-    "test_reliability_kills.py",
     "test_search_sequential.py",
     "test_reliability_resume.py",
+    "test_reliability_kills.py",
     "test_verl_search.py",
 )
 

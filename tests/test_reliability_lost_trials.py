@@ -38,7 +38,7 @@ from reliability_helpers import (
 from tune_dfrl.trial_watch import STALL_S
 
 RUN_TIMEOUT_S = 400
-EXIT_S = 20.0  # `make test` runs two test modules at a time on 2 cores
+EXIT_S = 20.0  # `make test` runs three test modules at a time on 2 cores
 REFUSED = "Could not re-use actor for trial"
 
 
