@@ -22,9 +22,9 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 demo: $(STAMP)
 	$(BIN)/python -m tune_dfrl.search space=$(SPACE) $(ARGS)
 
+# Three pytest workers on two cores: part of many tests' time is waiting on processes (Ray noticing a lost node or
+# trial, a search's stall limit, signals, verl's start-up beside another trial), when a third module uses the cores.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	# Three pytest workers on two cores: part of many tests' time is waiting on processes (Ray noticing a lost node or
-# trial, a search's stall limit, signals, verl's start-up beside another trial), when a third module uses the cores.
 	$(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder $(ARGS)
