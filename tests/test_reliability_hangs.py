@@ -55,8 +55,8 @@ CONTROL_FAILS = "fault_injection=[{arm: control, seed: 0, step: 5}, {arm: contro
 def test_every_control_seed_failing_ends_the_search_and_retry_failed_recovers_it(tmp_path: Path) -> None:
     """Every control seed fails: the search ends with the resume line; that line's command retrains them (past a torn
     last line of results.jsonl); a resume whose report cannot be written says how to re-render it, which works. Up to
-    two minutes beside the rest of `make test`: three searches in sequence, each a new driver starting its own Ray as
-    a user's command does, then the report's command."""
+    three minutes beside the rest of `make test` (two more modules on the two cores): three searches in sequence, each
+    a new driver starting its own Ray as a user's command does, then the report's command."""
     out = tmp_path / "out"
     done = search(out, "max_retries=0", "control_cache=null", CONTROL_FAILS)
     assert done.returncode == 1, done.stderr[-3000:]

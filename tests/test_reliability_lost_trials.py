@@ -45,7 +45,9 @@ REFUSED = "Could not re-use actor for trial"
 def test_trials_whose_actor_reuse_is_refused_are_retried_then_failed_and_the_search_ends(
     tmp_path: Path, embedded_cache: Path
 ) -> None:
-    """The embedded backend (it lets Tune reuse actors), its defaults' concurrency and scheduler."""
+    """The embedded backend (it lets Tune reuse actors), its defaults' concurrency and scheduler. Up to three minutes
+    beside the rest of `make test` (two more modules on the two cores): a whole search that trains, in which every
+    trial Tune would have handed a reused actor is refused and trained again in a new trial of its own."""
     out = tmp_path / "out"
     done = subprocess.run(
         search_command("space=difffilter_band", *TINY, "seeds=2", "arms=1", "max_retries=1", f"out={out}"),
