@@ -167,7 +167,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
             str(root / "server-artifacts"),
         ],
         cwd=root,
-        env=UI_SERVER_ENV,  # no job runner: 7 processes polling their queue, ~6 CPU-s a minute beside the tests
+        env=UI_SERVER_ENV,  # as the printed `mlflow ui` runs: no job runner polling beside the tests
         log=root / "mlflow-server.log",
     )
     uri = f"http://127.0.0.1:{mlflow_port}"

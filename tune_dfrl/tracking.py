@@ -61,8 +61,8 @@ FIGURES = ("paired_delta", "ci_low", "ci_high", "ci_level", "mean")  # an arm's 
 MAX_PARAM_CHARS = 6000
 MAX_RUNS = 50000  # runs of one experiment read back on resume
 UI_HOST, UI_PORT = "127.0.0.1", 5000  # where the printed `mlflow ui` command serves a local store
-# MLflow 3.17.2's server (`mlflow ui` too) starts 7 job-runner processes that poll their queue for MLflow's GenAI jobs,
-# which browsing runs never uses: ~6 CPU-s a minute on top of the server's own, on a laptop's cores.
+# MLflow 3.17.2's server (`mlflow ui` too) starts a job runner and 7 queue consumers that poll for MLflow's GenAI jobs,
+# which browsing runs never uses (their CPU: docs/readme_search.md, "Browsing a search in the MLflow UI").
 UI_SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 ARMS_VIEW = "tune_dfrl.arms"  # id of the saved runs-table view of the arm runs
 SAVED_VIEW_TAG = "mlflow.sharedViewState."  # MLflow 3.17.2's UI: experiment tag prefix of a saved view

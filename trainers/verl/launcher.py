@@ -36,7 +36,7 @@ import numpy as np
 
 from tune_dfrl.backend import Milestone
 from tune_dfrl.benchmarks import BenchmarkSet, milestone_aggregates
-from tune_dfrl.services import NO_WORKER_PRESTART
+from tune_dfrl.services import LOCAL_ONLY, NO_WORKER_PRESTART
 
 from .recipe import BenchmarkSource
 from .supervise import end_group, signal_group
@@ -71,8 +71,8 @@ def child_env(metrics_path: Path, base: Mapping[str, str] | None = None) -> dict
     env.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
     env.update(
         NO_WORKER_PRESTART,
+        **{LOCAL_ONLY: "0"},  # Ray's local-only mode: every listener on 127.0.0.1
         RAY_AUTH_MODE="token",
-        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # Ray's local-only mode: every listener on 127.0.0.1
         VERL_FILE_LOGGER_PATH=str(metrics_path),
         WANDB_MODE="disabled",
         HF_HUB_OFFLINE="1",
