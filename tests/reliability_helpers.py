@@ -154,9 +154,10 @@ def signal_all(pids: set[int], sig: int) -> None:
             pass
 
 
-def ray_scripts(pids: set[int]) -> set[str]:
-    """The file names of Ray's own Python scripts (`dashboard.py`, `log_monitor.py`, the autoscaler's `monitor.py`,
-    ...) that the processes `pids` run."""
+def ray_programs(pids: set[int]) -> set[str]:
+    """What Ray runs in the processes `pids`: the file names of Ray's own Python scripts (`dashboard.py`,
+    `log_monitor.py`, the autoscaler's `monitor.py`, ...) and the titles Ray's processes give themselves
+    (`ray::DashboardAgent`, `ray::IDLE`, ...)."""
     found = set()
     for pid in pids:
         try:
@@ -164,6 +165,8 @@ def ray_scripts(pids: set[int]) -> set[str]:
         except psutil.NoSuchProcess:
             continue
         found |= {Path(word).name for word in words if word.endswith(".py") and "/ray/" in word}
+        if words and words[0].startswith("ray::"):
+            found.add(words[0])
     return found
 
 

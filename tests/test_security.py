@@ -26,7 +26,7 @@ from reliability_helpers import (
     TINY,
     descendants,
     listening,
-    ray_scripts,
+    ray_programs,
     records,
     search_command,
     short_tmp,
@@ -60,7 +60,7 @@ class Observed:
     listeners: set[tuple[str, str, int]]  # (process name, address, port) of every listening socket of the tree
     token: str
     clients: dict[str, str]  # client's credentials -> "accepted" | "refused"
-    ray_scripts: set[str]  # Ray's Python scripts the tree ran while its trials ran
+    ray_programs: set[str]  # what Ray ran in the tree while its trials ran (reliability_helpers.ray_programs)
     workers: dict[str, bool]  # each Ray worker process's output file (logs/worker-*.out) -> it ran an actor or task
 
 
@@ -98,7 +98,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory, embedded_cache: Path) -> 
         assert driver.poll() is None, (root / "search.log").read_text()[-3000:]
         tree = descendants(driver.pid)
         listeners = listening(tree)
-        scripts = ray_scripts(tree)
+        scripts = ray_programs(tree)
         [gcs] = [psutil.Process(pid) for pid in tree if psutil.Process(pid).name() == "gcs_server"]
         token = gcs.environ()["RAY_AUTH_TOKEN"]  # the driver set it before starting the cluster's processes
         [gcs_port] = {c.laddr.port for c in gcs.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
@@ -147,10 +147,12 @@ def test_every_listening_socket_of_the_search_is_on_loopback(observed: Observed)
     assert {(name, ip, port) for name, ip, port in observed.listeners if ip not in LOOPBACK} == set()
 
 
-def test_the_private_cluster_runs_neither_the_autoscaler_nor_the_log_monitor(observed: Observed) -> None:
-    """One node never scales, and the search does not print its workers' output (`services.start_node`)."""
-    started = observed.ray_scripts
-    assert "dashboard.py" in started and not {"monitor.py", "log_monitor.py"} & started, started
+def test_the_private_cluster_runs_no_autoscaler_log_monitor_or_api_server(observed: Observed) -> None:
+    """One node never scales, the search does not print its workers' output, and without a dashboard Ray's API server
+    would serve usage statistics only, which are off (`services.start_node`). (Ray's dashboard agent runs: the
+    raylet needs it.)"""
+    started = observed.ray_programs
+    assert "ray::DashboardAgent" in started and not {"monitor.py", "log_monitor.py", "dashboard.py"} & started, started
 
 
 def test_the_private_cluster_starts_a_worker_process_only_for_work(observed: Observed) -> None:

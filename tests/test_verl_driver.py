@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reliability_helpers import LOOPBACK, alive, listening, ray_scripts, session_members, short_tmp, wait_for
+from reliability_helpers import LOOPBACK, alive, listening, ray_programs, session_members, short_tmp, wait_for
 from tune_dfrl.trainers.verl.driver import RAY_INIT, split_overrides
 from tune_dfrl.trainers.verl.launcher import child_env
 from tune_dfrl.trainers.verl.recipe import (
@@ -107,7 +107,7 @@ def test_the_driver_starts_the_trials_ray_while_verl_imports_and_ends_it_with_ve
         seen = json.loads(out.read_text())
         running = session_members(child.pid)
         sockets = listening(running)
-        scripts = ray_scripts(running)
+        scripts = ray_programs(running)
         (tmp_path / "seen.json.go").touch()
         child.wait(timeout=60)
         try:
@@ -126,8 +126,8 @@ def test_the_driver_starts_the_trials_ray_while_verl_imports_and_ends_it_with_ve
     sized = {key: seen["resources"].get(key) for key in ("CPU", "GPU", "object_store_memory")}
     assert sized == {"CPU": 3.0, "GPU": 1.0, "object_store_memory": float(80 * 1024**2)}
     assert Path(seen["session_dir"]).parent == ray_dir and seen["gcs_address"].startswith("127.0.0.1:")
-    # worker output still reaches verl's log; no autoscaler on a one-node Ray
-    assert "log_monitor.py" in scripts and "monitor.py" not in scripts, scripts
+    # worker output still reaches verl's log; no autoscaler on a one-node Ray, no API server without a dashboard
+    assert "log_monitor.py" in scripts and not {"monitor.py", "dashboard.py"} & scripts, scripts
     assert len(running) > 5 and sockets and {s for s in sockets if s[1] not in LOOPBACK} == set(), sockets
     assert left == set() and not any(alive(pid) for pid in running)
 

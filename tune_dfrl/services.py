@@ -249,8 +249,10 @@ def stop_ray() -> None:
 def start_node(settings: dict[str, Any], log_monitor: bool = True) -> Any:
     """The head node `ray.init(address="local", ...)` starts (ray/_private/worker.py, Ray 2.60), with the `RayParams`
     `settings`: token authentication set up first, usage statistics off, a reaper that ends the node if this process
-    dies; without the autoscaler's monitor process (a one-node private Ray never scales; ~0.5 CPU-s of imports), and
-    without Ray's log monitor unless `log_monitor` (it sends the workers' output to drivers that ask for it).
+    dies; without the autoscaler's monitor process (a one-node private Ray never scales; ~0.5 CPU-s of imports),
+    without Ray's log monitor unless `log_monitor` (it sends the workers' output to drivers that ask for it), and
+    without Ray's API server (`dashboard.py`) when `settings` say `include_dashboard=False`: it would then load only
+    the usage-statistics module, off here, and the node's start waits for it (its cost: docs/readme_reliability.md).
 
     Ray's private `ray._private.node.Node`, as `ray.init` and `ray start` create theirs (pyproject.toml pins Ray).
     In the main thread: Ray ties the node's processes to the thread that starts them (`PR_SET_PDEATHSIG`)."""
@@ -262,10 +264,17 @@ def start_node(settings: dict[str, Any], log_monitor: bool = True) -> Any:
     from ray._private.node import Node
     from ray._private.parameter import RayParams
 
+    class HeadNode(Node):
+        def start_api_server(self, *, include_dashboard: bool | None, raise_on_failure: bool) -> None:
+            if include_dashboard is False:
+                self._webui_url = ""  # what Ray records for a node without a dashboard
+            else:
+                super().start_api_server(include_dashboard=include_dashboard, raise_on_failure=raise_on_failure)
+
     enable_token_auth_by_default()
     ensure_token_if_auth_enabled({}, create_token_if_missing=True)
     usage_lib.set_usage_stats_enabled_via_env_var(False)
-    return Node(
+    return HeadNode(
         RayParams(**settings, no_monitor=True, include_log_monitor=log_monitor),
         head=True,
         shutdown_at_exit=False,
