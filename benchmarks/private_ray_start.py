@@ -22,16 +22,16 @@ import sys
 import tempfile
 import time
 
+import psutil
+import ray
+
+from tune_dfrl import services
+
 KINDS = ("private", "ray")
 
 
 def one_run(kind: str, idle_s: float) -> dict[str, float]:
     """Start the node of `kind`, run one task, wait `idle_s`, and measure."""
-    import psutil
-    import ray
-
-    from tune_dfrl import services
-
     started = time.perf_counter()
     if kind == "private":
         services.start_private_ray(num_cpus=2, log_to_driver=False)
@@ -75,10 +75,8 @@ def main() -> None:
         print(json.dumps(one_run(args.one, args.idle)))
         return
     runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
-    from tune_dfrl.services import LOCAL_ONLY
-
     with tempfile.TemporaryDirectory() as home:  # Ray's own token mode writes ~/.ray/auth_token
-        env = {**os.environ, "HOME": home, LOCAL_ONLY: "0"}
+        env = {**os.environ, "HOME": home, services.LOCAL_ONLY: "0"}
         for i in range(args.runs):
             for kind in KINDS:
                 command = [sys.executable, __file__, "--one", kind, "--idle", str(args.idle)]

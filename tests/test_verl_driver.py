@@ -132,6 +132,25 @@ def test_the_driver_starts_the_trials_ray_while_verl_imports_and_ends_it_with_ve
     assert left == set() and not any(alive(pid) for pid in running)
 
 
+def test_a_trial_that_asks_for_rays_dashboard_gets_its_server(tmp_path: Path) -> None:
+    """`ray_kwargs.ray_init.include_dashboard=true` in a recipe's overrides: the trial's node runs Ray's dashboard
+    (its API server, `dashboard.py`), which a node without a dashboard does not start (`services.start_node`)."""
+    out, ray_dir = tmp_path / "seen.json", short_tmp("rt-dash-")
+    argv = [f"+{RAY_INIT}address=local", f"+{RAY_INIT}num_cpus=1", f"+{RAY_INIT}_temp_dir={ray_dir}"]
+    child = start_driver(tmp_path, [*argv, f"+{RAY_INIT}include_dashboard=true"], out)
+    try:
+        wait_for(lambda: out.exists() or child.poll() is not None, 120, "the stand-in driver to connect")
+        assert child.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+        programs = ray_programs(session_members(child.pid))
+        (tmp_path / "seen.json.go").touch()
+        child.wait(timeout=60)
+    finally:
+        for pid in session_members(child.pid):
+            os.kill(pid, 9)
+        child.wait()
+    assert child.returncode == 3 and "dashboard.py" in programs, programs
+
+
 def test_a_node_that_cannot_start_fails_the_driver_with_rays_error(tmp_path: Path) -> None:
     """verl's driver does not run then: the child exits non-zero with Ray's message and leaves no process."""
     child = start_driver(tmp_path, [f"+{RAY_INIT}address=local", f"+{RAY_INIT}num_cpus=-1"], tmp_path / "seen")
