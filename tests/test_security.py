@@ -98,7 +98,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory, embedded_cache: Path) -> 
         assert driver.poll() is None, (root / "search.log").read_text()[-3000:]
         tree = descendants(driver.pid)
         listeners = listening(tree)
-        scripts = ray_programs(tree)
+        programs = ray_programs(tree)
         [gcs] = [psutil.Process(pid) for pid in tree if psutil.Process(pid).name() == "gcs_server"]
         token = gcs.environ()["RAY_AUTH_TOKEN"]  # the driver set it before starting the cluster's processes
         [gcs_port] = {c.laddr.port for c in gcs.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
@@ -127,7 +127,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory, embedded_cache: Path) -> 
         ray_files = {str(p.relative_to(folder)): token.encode() in p.read_bytes() for p in regular_files(folder)}
         workers = {p.name: ran_something(p.read_text()) for p in folder.glob("ray/session_*/logs/worker-*.out")}
         mode = stat.S_IMODE(folder.stat().st_mode)
-        return Observed(root, out, home, mode, ray_files, listeners, token, clients, scripts, workers)
+        return Observed(root, out, home, mode, ray_files, listeners, token, clients, programs, workers)
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
 

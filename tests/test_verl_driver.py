@@ -9,6 +9,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from reliability_helpers import LOOPBACK, alive, listening, ray_programs, session_members, short_tmp, wait_for
@@ -95,19 +97,31 @@ def start_driver(root: Path, argv: list[str], out: Path) -> subprocess.Popen:
         )
 
 
+@contextmanager
+def connected_driver(root: Path, argv: list[str], out: Path) -> Iterator[subprocess.Popen]:
+    """`start_driver`, once the stand-in has connected to the trial's node and written `out`; on leaving, whatever of
+    the driver's session is left is killed."""
+    child = start_driver(root, argv, out)
+    try:
+        wait_for(lambda: out.exists() or child.poll() is not None, 120, "the stand-in driver to connect")
+        assert child.poll() is None, (root / "driver.log").read_text()[-3000:]
+        yield child
+    finally:
+        for pid in session_members(child.pid):
+            os.kill(pid, 9)
+        child.wait()
+
+
 def test_the_driver_starts_the_trials_ray_while_verl_imports_and_ends_it_with_verl(tmp_path: Path) -> None:
     out, ray_dir = tmp_path / "seen.json", short_tmp("rt-driver-")
     settings = {"address": "local", "num_cpus": 3, "num_gpus": 1, "object_store_memory": 80 * 1024**2}
     argv = ["data.seed=3", *(f"+{RAY_INIT}{k}={v}" for k, v in settings.items())]
     argv += [f"+{RAY_INIT}_temp_dir={ray_dir}", f"+{RAY_INIT}include_dashboard=false"]
-    child = start_driver(tmp_path, argv, out)
-    try:
-        wait_for(lambda: out.exists() or child.poll() is not None, 120, "the stand-in driver to connect")
-        assert child.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+    with connected_driver(tmp_path, argv, out) as child:
         seen = json.loads(out.read_text())
         running = session_members(child.pid)
         sockets = listening(running)
-        scripts = ray_programs(running)
+        programs = ray_programs(running)
         (tmp_path / "seen.json.go").touch()
         child.wait(timeout=60)
         try:
@@ -115,10 +129,6 @@ def test_the_driver_starts_the_trials_ray_while_verl_imports_and_ends_it_with_ve
         except TimeoutError:
             pass
         left = session_members(child.pid)
-    finally:
-        for pid in session_members(child.pid):
-            os.kill(pid, 9)
-        child.wait()
     assert child.returncode == 3
     assert seen["first_import_in"] == "import-verl-driver"  # imported beside the node's start, not after it
     assert seen["argv"][0] == "data.seed=3" and len(seen["argv"]) == 2  # only the node's address was added
@@ -127,7 +137,7 @@ def test_the_driver_starts_the_trials_ray_while_verl_imports_and_ends_it_with_ve
     assert sized == {"CPU": 3.0, "GPU": 1.0, "object_store_memory": float(80 * 1024**2)}
     assert Path(seen["session_dir"]).parent == ray_dir and seen["gcs_address"].startswith("127.0.0.1:")
     # worker output still reaches verl's log; no autoscaler on a one-node Ray, no API server without a dashboard
-    assert "log_monitor.py" in scripts and not {"monitor.py", "dashboard.py"} & scripts, scripts
+    assert "log_monitor.py" in programs and not {"monitor.py", "dashboard.py"} & programs, programs
     assert len(running) > 5 and sockets and {s for s in sockets if s[1] not in LOOPBACK} == set(), sockets
     assert left == set() and not any(alive(pid) for pid in running)
 
@@ -137,17 +147,10 @@ def test_a_trial_that_asks_for_rays_dashboard_gets_its_server(tmp_path: Path) ->
     (its API server, `dashboard.py`), which a node without a dashboard does not start (`services.start_node`)."""
     out, ray_dir = tmp_path / "seen.json", short_tmp("rt-dash-")
     argv = [f"+{RAY_INIT}address=local", f"+{RAY_INIT}num_cpus=1", f"+{RAY_INIT}_temp_dir={ray_dir}"]
-    child = start_driver(tmp_path, [*argv, f"+{RAY_INIT}include_dashboard=true"], out)
-    try:
-        wait_for(lambda: out.exists() or child.poll() is not None, 120, "the stand-in driver to connect")
-        assert child.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+    with connected_driver(tmp_path, [*argv, f"+{RAY_INIT}include_dashboard=true"], out) as child:
         programs = ray_programs(session_members(child.pid))
         (tmp_path / "seen.json.go").touch()
         child.wait(timeout=60)
-    finally:
-        for pid in session_members(child.pid):
-            os.kill(pid, 9)
-        child.wait()
     assert child.returncode == 3 and "dashboard.py" in programs, programs
 
 
