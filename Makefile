@@ -12,7 +12,7 @@ ARGS   ?=
 setup: $(STAMP)
 
 # torch==2.13.0 goes in first: resolved as a dependency of verl it would pull a multi-GB CUDA build.
-$(STAMP): pyproject.toml constraints/cpu.txt
+$(STAMP): pyproject.toml setup.py constraints/cpu.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0

@@ -26,9 +26,8 @@ from scipy import stats
 
 def train_seed(seed: int, recipe: dict) -> float:
     """Final db of the baseline arm at `seed` (one trial, in this process)."""
+    from tune_dfrl.backends.base import ArmSpec
     from tune_dfrl.trainers.embedded import EmbeddedBackend
-
-    from tune_dfrl.backend import ArmSpec
 
     milestones = []
     arm = ArmSpec("baseline", {}, "baseline", "uniform GRPO")
@@ -39,6 +38,7 @@ def train_seed(seed: int, recipe: dict) -> float:
 
 def base_db(recipe: dict) -> float:
     import torch
+
     from tune_dfrl.trainers.embedded.base import ensure_base_model
     from tune_dfrl.trainers.embedded.benchmarks import get_benchmarks
     from tune_dfrl.trainers.embedded.evaluate import Evaluator

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from tune_dfrl.backends.base import ArmSpec
 from tune_dfrl.trainers.embedded import EmbeddedBackend, EmbeddedRecipe
 from tune_dfrl.trainers.embedded.base import ensure_base_model
 from tune_dfrl.trainers.embedded.benchmarks import get_benchmarks
 from tune_dfrl.trainers.embedded.evaluate import Evaluator
 from tune_dfrl.trainers.embedded.rollout import generate
 from tune_dfrl.trainers.embedded.trainer import GRPOTrainer
-
-from tune_dfrl.backend import ArmSpec
 
 BASELINE = ArmSpec("baseline", {}, "baseline", "uniform GRPO")
 

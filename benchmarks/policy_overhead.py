@@ -25,9 +25,10 @@ import time
 from collections.abc import Callable
 
 import torch
-from tune_dfrl.policies import RolloutBatch, make_policy
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
 from verl.workers.config import ActorConfig
+
+from tune_dfrl.policies import RolloutBatch, make_policy
 
 POLICIES: list[tuple[str, str, dict]] = [
     ("baseline", "baseline", {}),

@@ -1,6 +1,6 @@
 """Start-up of the search's private Ray node against the node Ray's own `ray.init` starts.
 
-`private`: `tune_dfrl.services.start_private_ray(num_cpus=2, log_to_driver=False)`, as the search and the tests
+`private`: `tune_dfrl.cluster.services.start_private_ray(num_cpus=2, log_to_driver=False)`, as the search and the tests
 start theirs (no autoscaler monitor, no log monitor, no API server). `ray`: `ray.init(address="local", num_cpus=2,
 include_dashboard=False, log_to_driver=False, object_store_memory=100 MiB)` in local-only mode, with the token
 Ray creates (in a temporary home folder).
@@ -25,7 +25,7 @@ import time
 import psutil
 import ray
 
-from tune_dfrl import services
+from tune_dfrl.cluster import services
 
 KINDS = ("private", "ray")
 

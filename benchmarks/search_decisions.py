@@ -23,14 +23,14 @@ f = j / M of training, in points:
 
 Methods (the same simulated scores and launch order for all, common random numbers):
   grid             every arm x seed to the end (compute 1 by definition);
-  paired_asha      the real `tune_dfrl.rungs.decide`, RungRule(mode="paired_asha");
-  race             the real `tune_dfrl.rungs.decide`, RungRule(mode="race");
+  paired_asha      the real `tune_dfrl.paired.rungs.decide`, RungRule(mode="paired_asha");
+  race             the real `tune_dfrl.paired.rungs.decide`, RungRule(mode="race");
   wilcoxon_leader  stop when a one-sided paired Wilcoxon test of (arm - leader) gives p < 0.1
                    (the rule of Optuna's WilcoxonPruner, on paired deltas);
   asha_point_best  plain ASHA: every (arm, seed) an independent trial promoted by raw score
                    (top ceil(n/eta)) at Ray's geometric rungs (first milestone x eta^k), pick =
                    the arm of the best final trial (Ray Tune's `get_best_result`).
-The paired methods then apply the real report rule (`tune_dfrl.stats.paired_verdicts` and
+The paired methods then apply the real report rule (`tune_dfrl.paired.stats.paired_verdicts` and
 `recommend`) to the arms they ran to the end, with the Holm family = all K searched arms.
 
 Asynchrony: trials take equal time per milestone, so whatever the number of workers, arms reach
@@ -39,7 +39,7 @@ recorded at that rung before it — exactly asynchronous successive halving.
 
   fixed12          the grid at 12 paired seeds with the report rule: the fixed design `sequential` is
                    measured against (its compute_frac is 1 by definition);
-  sequential       seeds=auto (`tune_dfrl.sequential`): the first 4 seeds under the paired rungs (grace
+  sequential       seeds=auto (`tune_dfrl.paired.sequential`): the first 4 seeds under the paired rungs (grace
                    0.5), then group-sequential looks adding 4 seeds to the open arms, up to 16.
 compute_frac is relative to the full paired grid at --seeds seeds, for fixed12 and sequential to
 the fixed 12-seed design. Seeds beyond --seeds come from a separate random stream, seed by seed,
@@ -67,10 +67,10 @@ import pandas as pd
 from pandas.api.typing import SeriesGroupBy
 from scipy import stats
 
-from tune_dfrl.benchmarks import weights
-from tune_dfrl.rungs import RungRule, decide
-from tune_dfrl.scores import dataflex_benchmarks
-from tune_dfrl.sequential import SequentialRule, is_settled, look, recommendation
+from tune_dfrl.backends.benchmarks import weights
+from tune_dfrl.paired.rungs import RungRule, decide
+from tune_dfrl.paired.sequential import SequentialRule, is_settled, look, recommendation
+from tune_dfrl.report.scores import dataflex_benchmarks
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "dataflex_rl" / "dataflex_rl_all_runs_171.csv"
 CONTROL = "control"
@@ -216,7 +216,7 @@ def keep_all(candidate: np.ndarray, present: np.ndarray, deltas: np.ndarray, act
 
 
 def rung_rule_keep(rule: RungRule) -> KeepRule:
-    """The real `tune_dfrl.rungs.decide`, called once per active campaign (it is a scalar pure function)."""
+    """The real `tune_dfrl.paired.rungs.decide`, called once per active campaign (it is a scalar pure function)."""
 
     def keep(candidate: np.ndarray, present: np.ndarray, deltas: np.ndarray, active: np.ndarray) -> np.ndarray:
         out = np.ones(candidate.shape, dtype=bool)
@@ -291,11 +291,11 @@ def run_point_asha(scores: np.ndarray, trial_orders: np.ndarray, eta: float, run
 
 
 def report_winner(final: np.ndarray, finished: np.ndarray) -> int:
-    """The report's selection rule (tune_dfrl.stats) on the arms that ran to the end; -1 = the control.
+    """The report's selection rule (tune_dfrl.paired.stats) on the arms that ran to the end; -1 = the control.
 
     The Holm family is every searched arm (DESIGN §7), stopped ones included as untested.
     """
-    from tune_dfrl.stats import paired_verdicts, recommend
+    from tune_dfrl.paired.stats import paired_verdicts, recommend
 
     arms = {arm_name(a): final[a] for a in np.flatnonzero(finished) if a != 0}
     if not arms:
@@ -331,7 +331,7 @@ class Plan:
 def run_sequential(scores: np.ndarray, orders: np.ndarray, rule: SequentialRule, rung_rule: RungRule) -> Outcomes:
     """seeds=auto: the first `rule.start` seeds under the paired rungs, then batches of seeds for the open arms.
 
-    After the starting batch, each look (`tune_dfrl.sequential.look`) settles arms or finds them
+    After the starting batch, each look (`tune_dfrl.paired.sequential.look`) settles arms or finds them
     futile; the open ones and the control get the next `rule.batch` seeds at the full budget,
     until no arm is open or `rule.max` seeds. `finished` = not stopped at a rung and not futile.
     """

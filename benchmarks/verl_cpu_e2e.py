@@ -31,6 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from tune_dfrl.trainers.verl import timeline
 from tune_dfrl.trainers.verl.recipe import default_recipe, hydra_quote
 

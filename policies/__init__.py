@@ -3,7 +3,7 @@
 See docs/architecture.md for the contract and DESIGN §3-§4 for the semantics.
 """
 
-from tune_dfrl.constraints import Bound, Context, Interval, ListOf, Options
+from tune_dfrl.config.constraints import Bound, Context, Interval, ListOf, Options
 
 from .batch import RolloutBatch
 from .mixers import Mixer

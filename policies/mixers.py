@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tune_dfrl.constraints import BOOL, Bound, Interval, ListOf
+from tune_dfrl.config.constraints import BOOL, Bound, Interval, ListOf
 
 from .batch import RolloutBatch
 from .params import TEMPERATURE, Param

@@ -1,6 +1,6 @@
 """Hyperparameter declarations and everything derived from them.
 
-What a value may be is said with the project's constraints (`tune_dfrl.constraints`: `Interval`,
+What a value may be is said with the project's constraints (`tune_dfrl.config.constraints`: `Interval`,
 `Options`, `ListOf`, interval ends `Bound` to the `Context` a method runs in, e.g. gfpo `k <= n - 1`).
 
 Each component declares its hyperparameters once, as `Param`s plus `LessThan` cross-constraints.
@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tune_dfrl.constraints import (
+from tune_dfrl.config.constraints import (
     NO_CONTEXT,
     Constraint,
     Context,

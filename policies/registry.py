@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from tune_dfrl.constraints import Context
+from tune_dfrl.config.constraints import Context
 
 from .batch import RolloutBatch
 from .mixers import MIXERS, Mixer, MixerRule

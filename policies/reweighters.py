@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from tune_dfrl.constraints import Context, Interval, Options
+from tune_dfrl.config.constraints import Context, Interval, Options
 
 from .batch import RolloutBatch
 from .params import TEMPERATURE, LessThan, Param, Reduce

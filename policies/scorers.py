@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from tune_dfrl.constraints import Interval, Options
+from tune_dfrl.config.constraints import Interval, Options
 
 from .batch import RolloutBatch
 from .params import Param

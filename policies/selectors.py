@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from tune_dfrl.constraints import BOOL, Bound, Context, Interval, Options
+from tune_dfrl.config.constraints import BOOL, Bound, Context, Interval, Options
 
 from .batch import RolloutBatch, rank_within_group
 from .params import LessThan, Param, Reduce

@@ -12,10 +12,10 @@ os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 @pytest.fixture(scope="session")
 def ray_session():
     """A private local Ray cluster, as a search starts its own: loopback only, token authentication
-    (`tune_dfrl.services.start_private_ray`); it never joins a cluster already on the machine."""
+    (`tune_dfrl.cluster.services.start_private_ray`); it never joins a cluster already on the machine."""
     import ray
 
-    from tune_dfrl.services import start_private_ray, stop_ray
+    from tune_dfrl.cluster.services import start_private_ray, stop_ray
 
     if not ray.is_initialized():
         start_private_ray(num_cpus=2, log_to_driver=False)

@@ -1,5 +1,5 @@
 """An MLflow store laid out as a search leaves it (tests only): a search run holding benchmarks.json and one
-run per (arm, seed) tagged as `tune_dfrl.tracking` tags them."""
+run per (arm, seed) tagged as `tune_dfrl.tracking.writer` tags them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-from tune_dfrl.benchmarks import BenchmarkSet
+from tune_dfrl.backends.benchmarks import BenchmarkSet
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from tune_dfrl.policies import RolloutBatch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+from tune_dfrl.policies import RolloutBatch
 
 
 def grpo_advantages(reward: torch.Tensor, group: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

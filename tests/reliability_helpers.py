@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
-from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS
 
-from tune_dfrl.results import read_records
+from tune_dfrl.state.records import read_records
+from tune_dfrl.trainers.embedded.benchmarks import BENCHMARKS
 
 records = read_records  # the product's reader of JSON-lines logs, under the name the tests use
 
@@ -234,7 +234,8 @@ import sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 import ray.cloudpickle
 import search_helpers
-from tune_dfrl import backend_registry, search
+from tune_dfrl.backends import registry as backend_registry
+from tune_dfrl.search import cli as search
 ray.cloudpickle.register_pickle_by_value(search_helpers)
 backend_registry.BACKENDS["synthetic"] = search_helpers.build
 sys.argv = ["tune_dfrl.search", *sys.argv[1:]]
@@ -255,11 +256,11 @@ def synthetic_search_command(*overrides: str, cli: str = SYNTHETIC_CLI) -> list[
     return [sys.executable, "-c", cli, *SMALL, *overrides]
 
 
-# The same CLI with the bookkeeping bug that `tune_dfrl.trial_watch` guards against planted: the searcher never
+# The same CLI with the bookkeeping bug that `tune_dfrl.tune.trial_watch` guards against planted: the searcher never
 # hears that the control's seed-1 trial ended, so once every other trial is done Ray Tune waits on the searcher.
 UNTOLD_END_CLI = SYNTHETIC_CLI.replace(
     "search.main()",
-    """from tune_dfrl import pairing
+    """from tune_dfrl.tune import searcher as pairing
 told = pairing.PairedRepeater.on_trial_complete
 def untold(self, trial_id, result=None, error=False):
     arm_id, seed = self._cells[trial_id]
@@ -320,7 +321,7 @@ while True:
 
 def trial_cells(raylet: int) -> set[tuple[str, int]]:
     """The cells (arm id, seed) of the Tune trial actors among the workers of the node whose raylet is `raylet`, by
-    the trial folder each works in (`<arm id>-seed<k>-<trial id>`, `tune_dfrl.trial.trial_dirname`)."""
+    the trial folder each works in (`<arm id>-seed<k>-<trial id>`, `tune_dfrl.tune.trial.trial_dirname`)."""
     cells = set()
     for pid in descendants(raylet):
         try:

@@ -23,18 +23,18 @@ import numpy as np
 from mlflow import MlflowClient
 from search_helpers import BENCHMARKS
 
-from tune_dfrl.guarded import Guarded
-from tune_dfrl.ledger import FAILED as FAILED_END
-from tune_dfrl.ledger import FINISHED, PairedLedger
-from tune_dfrl.ledger import STOPPED as STOPPED_END
-from tune_dfrl.results_log import ResultsLog
-from tune_dfrl.rungs import ArmDecision, RungDecision
-from tune_dfrl.schema import Summary
-from tune_dfrl.search_finish import finish
-from tune_dfrl.search_run import Trained
-from tune_dfrl.seed_batches import HISTORY_FILE, SeedBatches
-from tune_dfrl.sequential import SequentialRule
-from tune_dfrl.tracking import SearchTracker
+from tune_dfrl.paired.ledger import FAILED as FAILED_END
+from tune_dfrl.paired.ledger import FINISHED, PairedLedger
+from tune_dfrl.paired.ledger import STOPPED as STOPPED_END
+from tune_dfrl.paired.rungs import ArmDecision, RungDecision
+from tune_dfrl.paired.seed_batches import HISTORY_FILE, SeedBatches
+from tune_dfrl.paired.sequential import SequentialRule
+from tune_dfrl.report.schema import Summary
+from tune_dfrl.search.finish import finish
+from tune_dfrl.search.run import Trained
+from tune_dfrl.tracking.writer import SearchTracker
+from tune_dfrl.tune.guarded import Guarded
+from tune_dfrl.tune.results_log import ResultsLog
 
 STEPS, SEEDS, METRIC = (10, 20, 30), (0, 1, 2, 3), "score/db"
 CONTROL = {"arm_id": "c0", "label": "baseline", "method": "baseline", "params": {}}

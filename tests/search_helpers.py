@@ -20,9 +20,9 @@ import numpy as np
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from tune_dfrl.backend import ArmSpec, CalibrationResult, Milestone
-from tune_dfrl.benchmarks import BenchmarkInfo
-from tune_dfrl.search import register_configs
+from tune_dfrl.backends.base import ArmSpec, CalibrationResult, Milestone
+from tune_dfrl.backends.benchmarks import BenchmarkInfo
+from tune_dfrl.search.cli import register_configs
 
 BENCHMARKS = [
     BenchmarkInfo("arith", "math", 40),
@@ -87,7 +87,7 @@ class SyntheticBackend:
 
 
 def build(cfg: dict[str, Any]) -> SyntheticBackend:
-    """Backend constructor for `tune_dfrl.backend_registry.BACKENDS` (selected with backend.name=synthetic, so `cfg` also
+    """Backend constructor for `tune_dfrl.backends.registry.BACKENDS` (selected with backend.name=synthetic, so `cfg` also
     carries the embedded recipe keys: only the budget is taken from it; groups of 8)."""
     options = {k: cfg[k] for k in ("slope", "sleep_s", "calibration_ok") if k in cfg}
     recipe = {"steps": cfg.get("steps", 30), "milestone_every": cfg.get("milestone_every", 10), "rollout_n": 8}

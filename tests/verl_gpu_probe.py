@@ -15,11 +15,11 @@ os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 
 import ray  # noqa: E402
 from ray import tune  # noqa: E402
-from tune_dfrl.trainers.verl.backend import VerlBackend  # noqa: E402
 from verl_stand_in import command  # noqa: E402
 
-from tune_dfrl.backend import ArmSpec  # noqa: E402
-from tune_dfrl.services import start_private_ray, stop_ray  # noqa: E402
+from tune_dfrl.backends.base import ArmSpec  # noqa: E402
+from tune_dfrl.cluster.services import start_private_ray, stop_ray  # noqa: E402
+from tune_dfrl.trainers.verl.backend import VerlBackend  # noqa: E402
 
 
 def main() -> None:

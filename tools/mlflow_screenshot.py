@@ -5,11 +5,11 @@ compare view of its arm runs.
 
 Starts `mlflow server` on 127.0.0.1 at a free port over OUT/mlflow.db (artifacts OUT/mlartifacts), opens in
 headless chromium with a fresh profile, as a first visit, `--view runs` (default; PNG docs/img/mlflow_runs.png):
-the URL the search printed (`tune_dfrl.tracking.runs_url`, on that port); `--view compare` (PNG
+the URL the search printed (`tune_dfrl.tracking.writer.runs_url`, on that port); `--view compare` (PNG
 docs/img/mlflow_compare.png): the UI's "Compare" page of every arm parent run (`tune_dfrl.role=arm`), the control
 first, then the arms in the order the search tried them, as the runs table's Compare button opens it; saves the PNG
 and stops the server. Needs `chromium` on the PATH (Debian: apt-get install chromium). The experiment is the one in
-the store holding the arms view (`tune_dfrl.tracking.ARMS_VIEW`).
+the store holding the arms view (`tune_dfrl.tracking.writer.ARMS_VIEW`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-from tune_dfrl.tracking import ARMS_VIEW, ROLE, SAVED_VIEW_TAG, UI_SERVER_ENV, runs_url
+from tune_dfrl.tracking.writer import ARMS_VIEW, ROLE, SAVED_VIEW_TAG, UI_SERVER_ENV, runs_url
 
 SERVER_START_S = 180.0
 CHROMIUM_FLAGS = (

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from tune_dfrl.policies import RolloutBatch
 
-from tune_dfrl.backend import ArmSpec, CalibrationResult, Milestone
-from tune_dfrl.benchmarks import BenchmarkInfo
+from tune_dfrl.backends.base import ArmSpec, CalibrationResult, Milestone
+from tune_dfrl.backends.benchmarks import BenchmarkInfo
+from tune_dfrl.policies import RolloutBatch
 
 from .base import ensure_base_model
 from .benchmarks import BENCHMARKS, get_benchmarks

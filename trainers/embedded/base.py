@@ -30,8 +30,8 @@ import torch
 from filelock import FileLock
 from rich.progress import Progress
 
-from tune_dfrl.cache_root import default_cache_dir
-from tune_dfrl.constraints import COUNT, POSITIVE, Interval, check_declared, declared
+from tune_dfrl.config.cache_root import default_cache_dir
+from tune_dfrl.config.constraints import COUNT, POSITIVE, Interval, check_declared, declared
 
 from .benchmarks import BENCHMARKS, training_pools
 from .model import ALPHABET, PAD_ID, EncodedItems, ModelShape, build_tokenizer, encode_items, new_model, save_model

@@ -6,7 +6,7 @@ exclude every candidate that matches an evaluation item exactly after normalisat
 whose N-gram Jaccard with one exceeds the threshold (`overlap.py`); `checks.contamination_check`
 re-verifies that on the finished pools. Drawing the pools takes ~1.5 CPU-s, which every process that trains
 or checks a recipe would pay (a search's driver and each of its trial workers): the first one to draw them keeps
-them in the cache folder (`tune_dfrl.cache_root`) as `pools-<key>.json`, which the others read instead; the key
+them in the cache folder (`tune_dfrl.config.cache_root`) as `pools-<key>.json`, which the others read instead; the key
 hashes the source of the generators (this module, tasks.py, overlap.py) and numpy's version.
 """
 
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tune_dfrl.atomic_file import write_atomically
-from tune_dfrl.benchmarks import BenchmarkInfo
-from tune_dfrl.cache_root import default_cache_dir
+from tune_dfrl.backends.benchmarks import BenchmarkInfo
+from tune_dfrl.config.cache_root import default_cache_dir
+from tune_dfrl.state.atomic_file import write_atomically
 
 from . import overlap, tasks
 from .overlap import JACCARD_THRESHOLD, max_jaccard, normal_form

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from tune_dfrl.backend import Milestone
+from tune_dfrl.backends.base import Milestone
 
 
 @dataclass

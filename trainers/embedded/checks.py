@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tune_dfrl.backend import CalibrationResult
+from tune_dfrl.backends.base import CalibrationResult
 
 from .benchmarks import BENCHMARKS, training_pools
 from .evaluate import score_responses

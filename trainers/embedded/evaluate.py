@@ -3,7 +3,7 @@
 Per benchmark b with items i: accuracy_b = 100 * mean_i verify(i, response_i), length_b = mean
 response characters (text before eos), format_failure_b = fraction of responses that do not
 parse (malformed or without eos). The aggregates over the evaluated benchmarks are those of
-`tune_dfrl.schema` (DESIGN §6).
+`tune_dfrl.report.schema` (DESIGN §6).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from tune_dfrl.benchmarks import BenchmarkSet, milestone_aggregates
+from tune_dfrl.backends.benchmarks import BenchmarkSet, milestone_aggregates
 
 from .benchmarks import Benchmark
 from .model import decode_responses, encode_items
@@ -53,7 +53,7 @@ class EvalResult:
 
 
 def aggregate(benchmarks: list[Benchmark], scored: list[Scored]) -> EvalResult:
-    """Per-benchmark figures and their aggregates (`tune_dfrl.benchmarks.milestone_aggregates`)."""
+    """Per-benchmark figures and their aggregates (`tune_dfrl.backends.benchmarks.milestone_aggregates`)."""
     accuracy = {b.name: 100.0 * float(s.correct.mean()) for b, s in zip(benchmarks, scored)}
     length_chars = {b.name: float(s.chars.mean()) for b, s in zip(benchmarks, scored)}
     bench = BenchmarkSet(tuple(b.info() for b in benchmarks))

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from tune_dfrl.constraints import COUNT, POSITIVE, Interval, OrNull, Text, check_declared, declared
+from tune_dfrl.config.constraints import COUNT, POSITIVE, Interval, OrNull, Text, check_declared, declared
 
 from .base import BaseRecipe
 from .benchmarks import BENCHMARK_NAMES, get_benchmarks, longest_answer

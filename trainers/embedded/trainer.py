@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from tune_dfrl.policies import DomainSampler, Mixer, Policy, RolloutBatch, SamplerDraw, make_mixer, make_policy, resolve
 
-from tune_dfrl.backend import ArmSpec
+from tune_dfrl.backends.base import ArmSpec
+from tune_dfrl.policies import DomainSampler, Mixer, Policy, RolloutBatch, SamplerDraw, make_mixer, make_policy, resolve
 
 from .benchmarks import training_pools
 from .model import EncodedItems, encode_items, load_model

@@ -1,4 +1,4 @@
-"""`VerlBackend`: the `Backend` contract (tune_dfrl/backend.py) on real verl GRPO runs.
+"""`VerlBackend`: the `Backend` contract (tune_dfrl/backends/base.py) on real verl GRPO runs.
 
 A trial is a verl run in a child process group with its own Ray instance (launcher.py); Ray
 Tune accounts its GPUs on `device: cuda` (`resources` = {"cpu": cpus_per_trial, "gpu": gpus_per_trial}:
@@ -39,8 +39,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tune_dfrl.backend import ArmSpec, CalibrationResult, Milestone
-from tune_dfrl.benchmarks import BenchmarkInfo
+from tune_dfrl.backends.base import ArmSpec, CalibrationResult, Milestone
+from tune_dfrl.backends.benchmarks import BenchmarkInfo
 
 from . import timeline
 from .launcher import JsonlTail, MilestoneReader, VerlRunError, child_env, run_child

@@ -33,7 +33,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from tune_dfrl.backend import ArmSpec, CalibrationResult
+from tune_dfrl.backends.base import ArmSpec, CalibrationResult
 
 from .hook import DataPolicy, is_mixer
 from .recipe import (

@@ -11,9 +11,9 @@ its driver (with its own runtime_env). When `main_ppo` returns or raises, the co
 processes ended, as `ray.shutdown()` ends a node that `ray.init` started. With any other address (an existing
 cluster) the overrides reach `main_ppo` unchanged and nothing else happens.
 
-The node is `tune_dfrl.services.start_node`'s (Ray's private `ray._private.node.Node`, as `ray.init` and `ray start`
+The node is `tune_dfrl.cluster.services.start_node`'s (Ray's private `ray._private.node.Node`, as `ray.init` and `ray start`
 create theirs; pyproject.toml pins Ray), with Ray's log monitor (verl's driver prints its workers' output, which
-the trial's log and timeline read) and without the autoscaler's monitor; tests/test_verl_driver.py starts one through
+the trial's log and timeline read) and without the autoscaler's monitor; tests/trainers/verl/test_verl_driver.py starts one through
 this module.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from tune_dfrl.services import end_node, start_node
+from tune_dfrl.cluster.services import end_node, start_node
 
 VERL_DRIVER = "verl.trainer.main_ppo"
 RAY_INIT = "ray_kwargs.ray_init."

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from tune_dfrl.policies import Mixer, Policy, RolloutBatch, make_mixer, make_policy, resolve
 
 

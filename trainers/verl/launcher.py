@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from tune_dfrl.backend import Milestone
-from tune_dfrl.benchmarks import BenchmarkSet, milestone_aggregates
-from tune_dfrl.services import LOCAL_ONLY, NO_WORKER_PRESTART
+from tune_dfrl.backends.base import Milestone
+from tune_dfrl.backends.benchmarks import BenchmarkSet, milestone_aggregates
+from tune_dfrl.cluster.services import LOCAL_ONLY, NO_WORKER_PRESTART
 
 from .recipe import BenchmarkSource
 from .supervise import end_group, signal_group
@@ -170,7 +170,7 @@ class MilestoneReader:
     Accuracy (%) = 100 x the mean of the core variable (`acc`, else `reward`) over the
     validation responses of the benchmark's data_source; response length (characters) and
     format failures (fraction) from `length_chars` and `format_fail`; aggregates from
-    `tune_dfrl.schema`. Training metrics (`TRAIN_METRICS`) are averaged over the steps
+    `tune_dfrl.report.schema`. Training metrics (`TRAIN_METRICS`) are averaged over the steps
     since the previous milestone.
     """
 

@@ -47,9 +47,9 @@ from typing import Any
 
 import yaml
 
-from tune_dfrl.backend import ArmSpec
-from tune_dfrl.benchmarks import BenchmarkInfo, BenchmarkSet
-from tune_dfrl.constraints import COUNT, POSITIVE, Interval, Options, OrNull, Text, check_value
+from tune_dfrl.backends.base import ArmSpec
+from tune_dfrl.backends.benchmarks import BenchmarkInfo, BenchmarkSet
+from tune_dfrl.config.constraints import COUNT, POSITIVE, Interval, Options, OrNull, Text, check_value
 
 from .cpu import ROLLOUT_NAME, cpu_overrides
 from .plugin import TRAINER_MODE

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
 from tune_dfrl.policies import DomainSampler, Mixer
 
 

@@ -1,0 +1,117 @@
+"""The report command: `python -m tune_dfrl.report runs=PATH | experiment=NAME [key=value ...]`.
+
+`runs=` a search's folder (its `results.jsonl` and record), a `results.jsonl`, or an external CSV run table;
+`experiment=` a search's MLflow experiment (`tune_dfrl.tracking.reader`). A search is re-analysed with its own
+options (those named on the command line replace them) and written to OUT/rerender; a CSV to ./report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from mlflow.tracking import MlflowClient
+
+from tune_dfrl.backends.benchmarks import BenchmarkSet
+from tune_dfrl.config.settings import ReportSettings, from_mapping, register_settings
+from tune_dfrl.report.analysis import analyze, analyze_search, default_control, print_summary, write_report
+from tune_dfrl.report.scores import ScoreTable, load_csv, load_results
+from tune_dfrl.state.records import SearchRecord
+from tune_dfrl.tracking.reader import load_search
+
+SEARCH_OPTIONS = ("aggregations", "delta", "alpha", "seed", "flip_k")  # what a re-render of a search may change
+RERENDER = "rerender"  # default folder of a re-render (in OUT, or here for experiment=), and its MLflow artifacts
+
+
+def log_report(paths: dict[str, Path], run_id: str, tracking_uri: str | None = None) -> None:
+    """Log a re-rendered report's files as artifacts (folder `rerender`) of an MLflow run, e.g. the search-level run
+    (the search's own report stays in `report`)."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    for path in paths.values():
+        client.log_artifact(run_id, str(path), artifact_path=RERENDER)
+
+
+def load_source(cfg: Any) -> tuple[ScoreTable, SearchRecord | None]:
+    """The score table a report config points at: runs= (CSV or search directory) or experiment=, and the search's
+    record when the source is a search (search.json in the directory, `record/` on the MLflow search run).
+
+    Checked first, before reading anything: `aggregations` must be a list (`aggregations=db` reaches
+    the config as the string 'db', which the CLI would split into letters).
+    """
+    if isinstance(cfg.aggregations, str):
+        raise ValueError(
+            f"aggregations={cfg.aggregations} is one string, not a list; write aggregations=[{cfg.aggregations}] "
+            "(several: aggregations=[db,macro])"
+        )
+    bench = BenchmarkSet.from_file(cfg.benchmarks) if cfg.benchmarks else None
+    if bool(cfg.runs) == bool(cfg.experiment):
+        raise ValueError("give exactly one source: runs=PATH (a CSV or a search output directory) or experiment=NAME")
+    if cfg.experiment:
+        return load_search(cfg.experiment, cfg.mlflow.tracking_uri, bench)
+    path = Path(cfg.runs)
+    if path.is_dir() or path.suffix == ".jsonl":
+        if cfg.filter:
+            raise ValueError("filter.* applies to CSV run tables only")
+        return load_results(path, bench), SearchRecord.read(path if path.is_dir() else path.parent)
+    if not path.exists():
+        raise FileNotFoundError(f"runs={path}: no such file")
+    return load_csv(path, bench, dict(cfg.filter), cfg.arm_column), None
+
+
+def report_from_config(cfg: Any, given: frozenset[str] = frozenset()) -> None:
+    """The report of `cfg`. A search (`load_source`) is analysed by `analyze_search` with the options named on the command
+    line (`given`; the others are the search's), and written by default to OUT/rerender (runs=OUT) or ./rerender
+    (experiment=NAME), never over the search's own report unless out= says so."""
+    table, record = load_source(cfg)
+    if record is not None:
+        options = {k: cfg[k] for k in SEARCH_OPTIONS if k in given}
+        summary = analyze_search(table, record, **options)
+        folder = Path(cfg.runs) if cfg.runs else Path(".")
+        default_out = (folder if folder.is_dir() else folder.parent) / RERENDER
+    else:
+        summary = analyze(
+            table,
+            cfg.control or default_control(table),
+            list(cfg.aggregations or []) or None,
+            cfg.delta,
+            cfg.alpha,
+            cfg.seed,
+            cfg.flip_k,
+        )
+        runs_dir = Path(cfg.runs) if cfg.runs and Path(cfg.runs).is_dir() else None
+        default_out = runs_dir / "report" if runs_dir else Path("report")
+    out = Path(cfg.out) if cfg.out else default_out
+    if summary.arms:
+        paths = write_report(summary, table, out.absolute())
+    else:  # every searched arm stopped or failed: nothing compared, the summary only
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {"summary": out.absolute() / "summary.json"}
+        paths["summary"].write_text(summary.to_json())
+    print_summary(summary)
+    for kind, path in paths.items():
+        print(f"{kind:>8}: {path}")
+    if table.origin.get("search_run_id") and cfg.mlflow.log_artifacts:
+        log_report(paths, table.origin["search_run_id"], cfg.mlflow.tracking_uri)
+        print(f"logged to MLflow run {table.origin['search_run_id']} ({RERENDER}/)")
+
+
+def main() -> None:
+    """Entry point: Hydra `key=value` overrides; `filter.COLUMN=VALUE` may omit Hydra's `+`. The statistics
+    settings (delta, alpha, flip_k, seed) are checked first (`tune_dfrl.config.settings.ReportSettings`)."""
+    sys.argv = [("+" + a if a.startswith("filter.") else a) for a in sys.argv]
+    given = frozenset(a.split("=", 1)[0].lstrip("+~") for a in sys.argv[1:] if "=" in a)
+    register_settings()
+
+    @hydra.main(config_path="pkg://tune_dfrl.conf", config_name="report", version_base="1.3")
+    def run(cfg: Any) -> None:
+        try:
+            from_mapping(ReportSettings, {f.name: cfg[f.name] for f in dataclasses.fields(ReportSettings)})
+            report_from_config(cfg, given)
+        except (ValueError, FileNotFoundError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(2)
+
+    run()

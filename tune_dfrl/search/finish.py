@@ -1,0 +1,73 @@
+"""Stage 3 of a search, the finish: `tune_dfrl.report.analysis.analyze_search` of the folder, written and logged.
+
+The analysis reads what the search recorded (results.jsonl, search.json, failures.jsonl, stops.jsonl,
+sequential.json), so `python -m tune_dfrl.report runs=OUT` gives the same answer. The report's settings were
+checked in the plan, so nothing here fails on a setting after hours of training. When there is nothing to compare
+(every control seed failed, or no arm shares 2 seeds with the control) or the report fails anyway, `SearchFailed`
+says so in one line: results.jsonl is complete, `python -m tune_dfrl.report runs=OUT` re-renders it, and
+`resume=true retry_failed=true` trains failed cells again.
+"""
+
+from __future__ import annotations
+
+from tune_dfrl.errors import NothingToCompare, SearchFailed
+from tune_dfrl.report.schema import Summary
+from tune_dfrl.search.plan import Plan
+from tune_dfrl.search.run import Trained
+from tune_dfrl.tracking.writer import SearchTracker, browse_lines
+from tune_dfrl.tune.guarded import Guarded
+
+
+def finish(plan: Plan, trained: Trained) -> Summary:
+    """Report the search (OUT/report, OUT/summary.json, MLflow), or raise SearchFailed saying what to do."""
+    results, tracker = plan.out / "results.jsonl", trained.tracker
+    if trained.results_error is not None:
+        tracker.call(tracker.inner.close, "KILLED")
+        raise SearchFailed(
+            f"{results} could not be written ({trained.results_error}); every cell kept its milestones: "
+            f"fix the cause, then {plan.resume_hint()} to write the missing lines and the report"
+        )
+    if trained.control_failed:
+        tracker.call(tracker.inner.close, "FAILED")
+        raise SearchFailed(
+            f"every control seed failed (see {plan.out / 'failures.jsonl'}), so no arm could be compared; "
+            f"fix the cause, then {plan.resume_hint(' retry_failed=true')} to train them again"
+        )
+    try:
+        return _report(plan, tracker)
+    except SearchFailed:
+        tracker.call(tracker.inner.close, "FINISHED")
+        raise
+    except Exception as error:  # noqa: BLE001 - training is over and recorded: say how to report it again
+        tracker.call(tracker.inner.close, "FINISHED")
+        raise SearchFailed(
+            f"the report failed ({type(error).__name__}: {error}); training is complete and {results} "
+            f"holds every milestone: `python -m tune_dfrl.report runs={plan.out}` re-renders the report"
+        ) from error
+
+
+def _report(plan: Plan, tracker: Guarded[SearchTracker]) -> Summary:
+    """Analyse the folder; save, log and print the report (no report/ folder when no arm ran its full budget)."""
+    from tune_dfrl.report.analysis import analyze_search, print_summary, write_report
+    from tune_dfrl.report.scores import load_results
+    from tune_dfrl.state.records import SearchRecord
+
+    table = load_results(plan.out)
+    try:
+        summary = analyze_search(table, SearchRecord.read(plan.out))
+    except NothingToCompare as nothing:
+        see = f"see {plan.out / 'failures.jsonl'}"
+        raise SearchFailed(
+            f"{nothing.what} ({f'{nothing.why}; {see}' if nothing.why else see}); fix the cause, "
+            f"then {plan.resume_hint(' retry_failed=true')} to train the failed cells again"
+        ) from None
+    report_dir = plan.out / "report" if summary.arms else None
+    paths = write_report(summary, table, report_dir) if report_dir else {}
+    (plan.out / "summary.json").write_text(summary.to_json())
+    tracker.call(tracker.inner.finish, summary, report_dir, plan.out)
+    print_summary(summary)
+    if paths:
+        print(f"report:  {paths['markdown']}")
+    print(f"summary: {plan.out / 'summary.json'}")
+    print(*browse_lines(plan.tracking_uri, tracker.inner.experiment_id), sep="\n")
+    return summary

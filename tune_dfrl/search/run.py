@@ -1,0 +1,423 @@
+"""Stage 2 of a search, the run: hold the output folder, start Ray Tune with the paired searcher and scheduler,
+record every milestone; `train` returns what the report (`tune_dfrl.search.finish`) needs as a `Trained`.
+
+Order: `holding` runs the calibration smoke test (it writes nothing in OUT), then takes the folder lock
+(`tune_dfrl.state.resume.hold_folder`), before anything else is written, until the search ends; `train` repairs torn
+last lines in the append-only logs; writes search.json, the attempt, benchmarks.json; prepares the backend; builds
+the callbacks (results log, MLflow, control cache, progress), each `Guarded` so that nothing it writes can fail a
+trial; then runs `Tuner.fit`.
+
+SIGINT (Ctrl-C, to the driver or its process group) and SIGTERM raise `Interrupted` in the driver
+(inside `Tuner.fit`, at Tune's next step):
+the MLflow runs are marked KILLED (in a thread given `CLOSE_TIMEOUT_S`, so a locked store cannot
+hold the exit), Ray is shut down, and the CLI exits 128 + the signal number with one line that says
+how to resume.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from ray.tune import Callback
+
+from tune_dfrl.backends.base import Backend
+from tune_dfrl.backends.benchmarks import BenchmarkInfo
+from tune_dfrl.backends.registry import backend_errors
+from tune_dfrl.cluster.head_watch import ClusterWatch
+from tune_dfrl.errors import Interrupted, SearchError
+from tune_dfrl.paired.seed_batches import HISTORY_FILE
+from tune_dfrl.search.plan import OPTUNA_DB, Plan, check_out, save_plan
+from tune_dfrl.state.control_cache import ControlCache
+from tune_dfrl.state.records import read_records, repair_log, write_records
+from tune_dfrl.state.resume import STATE_LOG, attempts_log, hold_folder, start_attempt, state_dir
+from tune_dfrl.tune.guarded import Guarded
+from tune_dfrl.tune.trial import MILESTONES, cell_dir
+
+if TYPE_CHECKING:
+    from tune_dfrl.tracking.writer import SearchTracker
+
+OPTUNA_STUDY = "tune_dfrl"  # study name in OUT/optuna.db: one trial per distinct arm, valued by its mean paired delta
+CLOSE_TIMEOUT_S = 10.0  # the most an interrupted driver waits for MLflow to mark its runs KILLED
+
+
+class _Signals:
+    """The signal received, and whether the driver is inside `Tuner.fit`: there the handler only records it and
+    `RaiseOnSignal` raises at Tune's next step (an exception raised inside Ray's C calls comes out garbled)."""
+
+    received: int | None = None
+    deferred: bool = False
+    cluster: ClusterWatch | None = None  # the cluster the driver connected to, while it runs
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)  # one is enough: the clean-up that follows is bounded
+    _Signals.received = signum
+    if not _Signals.deferred:
+        raise Interrupted(signum)
+
+
+def raise_if_signalled() -> None:
+    """Raise `Interrupted` once a signal was received, `ClusterLost` once the cluster's head is gone (called where
+    the driver's Python runs: Tune's step, and the searcher while Tune waits on it)."""
+    if _Signals.received is not None:
+        raise Interrupted(_Signals.received)
+    if _Signals.cluster is not None:
+        _Signals.cluster.check()
+
+
+class RaiseOnSignal(Callback):
+    """Raises `Interrupted` (a signal was received) or `ClusterLost` at the beginning of Tune's next step (every
+    0.1 s or so)."""
+
+    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        raise_if_signalled()
+
+
+def handle_interrupts() -> dict[int, Any]:
+    """SIGINT and SIGTERM raise `Interrupted` (this also replaces the handler `ray.init` installs for SIGTERM);
+    returns the handlers replaced (none off the main thread, where Python cannot set them)."""
+    _Signals.received, _Signals.deferred = None, False
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def evaluated_benchmarks(backend: Backend, recipe: dict[str, Any]) -> list[BenchmarkInfo]:
+    """The backend's benchmarks that the recipe evaluates (`eval_benchmarks`, when the recipe narrows them)."""
+    chosen = recipe.get("eval_benchmarks")
+    return [b for b in backend.benchmarks() if not chosen or b.name in chosen]
+
+
+def calibrate(backend: Backend) -> None:
+    """The backend's calibration smoke test; a failure refuses the search."""
+    with backend_errors(backend.name, "calibrate"):
+        result = backend.calibrate()
+    if not result.ok:
+        lines = "\n  ".join(result.failures)
+        raise SearchError(f"calibration smoke test failed; refusing to start the search:\n  {lines}")
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What the run hands to the finish."""
+
+    tracker: Guarded[SearchTracker]  # the MLflow runs, still open
+    results_error: str | None  # why OUT/results.jsonl misses lines (None: it holds every milestone)
+    control_failed: bool  # every control seed failed
+
+
+@contextmanager
+def holding(plan: Plan) -> Iterator[None]:
+    """Calibrate, then hold the output folder while the block runs; SIGINT and SIGTERM raise `Interrupted` (its
+    hint says how to resume) until the block ends."""
+    replaced = handle_interrupts()
+    try:
+        calibrate(plan.backend)  # writes nothing in OUT
+        lock = hold_folder(plan.out)
+        try:
+            check_out(plan)  # again, holding the folder: another driver may have started a search here since planning
+            yield
+        finally:
+            os.close(lock)
+    except Interrupted as interrupted:
+        interrupted.hint = plan.resume_hint()
+        raise
+    finally:
+        for sig, handler in replaced.items():
+            signal.signal(sig, handler)
+
+
+def train(plan: Plan) -> Trained:
+    """Train the planned search in its held folder (`holding`) until the searcher ends it."""
+    import optuna
+    import ray
+    from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
+
+    from tune_dfrl.state.control_cache import ControlCacheWriter
+    from tune_dfrl.tracking.writer import SearchTracker
+    from tune_dfrl.tune.progress import Progress
+    from tune_dfrl.tune.results_log import ResultsLog
+    from tune_dfrl.tune.scheduler import PairedScheduler, make_scheduler
+    from tune_dfrl.tune.searcher import INNER_METRIC, PairedRepeater
+    from tune_dfrl.tune.trial import CellJob, run_cell, trial_dirname
+    from tune_dfrl.tune.trial_watch import TrialWatch
+
+    with backend_errors(plan.backend_name, "size a trial"):
+        resources = plan.backend.resources()
+    out = plan.out
+    state = state_dir(out)
+    for log in (out / "results.jsonl", out / "failures.jsonl", attempts_log(out), state / STATE_LOG):
+        if (note := repair_log(log)) is not None:
+            print(f"note: {note}", flush=True)
+    save_plan(plan)
+    attempt = start_attempt(out, plan.resume)
+    with backend_errors(plan.backend_name, "list its benchmarks"):
+        benchmarks = evaluated_benchmarks(plan.backend, plan.recipe)
+    (out / "benchmarks.json").write_text(json.dumps([asdict(b) for b in benchmarks], indent=2))
+    seeds = (
+        f"seeds=auto ({plan.sequential.start} to {plan.sequential.max})"
+        if plan.sequential
+        else f"{len(plan.seeds)} seeds"
+    )
+    print(
+        f"search {plan.space.name}: {plan.n_arms} arms + control x {seeds}, "
+        f"{plan.scheduler.name} at steps {list(plan.milestones)}; output in {out}"
+        + (f" (resumed, attempt {attempt})" if plan.resume else ""),
+        flush=True,
+    )
+    began = time.monotonic()
+    print(
+        f"preparing the {plan.backend_name} backend (a first run builds what it caches, e.g. the embedded base model)",
+        flush=True,
+    )
+    with backend_errors(plan.backend_name, "prepare"):
+        plan.backend.prepare()
+    print(f"backend ready after {time.monotonic() - began:.0f} s", flush=True)
+
+    tracker = Guarded(
+        SearchTracker(
+            plan.tracking_uri,
+            plan.experiment,
+            _artifact_location(plan),
+            plan.space.name,
+            plan.control.arm_id,
+            plan.metric,
+            _flat_settings(plan.describe()),
+            benchmarks,
+            resume=plan.resume,
+        ),
+        "MLflow logging",
+        "the search goes on without it; results.jsonl holds every milestone",
+    )
+
+    def on_decision(decided: Any) -> None:  # after `progress` and `results_log` exist (a resume's may be the first)
+        progress.note_decision(decided)
+        results_log.call(results_log.inner.note_decision, decided)
+        tracker.call(tracker.inner.note_decision, decided)
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    sampler = optuna.samplers.TPESampler(
+        seed=plan.searcher.seed, n_startup_trials=plan.searcher.n_startup_trials, multivariate=True, group=True
+    )
+    earlier_study = out / (OPTUNA_DB + ".before-resume")  # the study is a view of the searcher's events: a resume's
+    if plan.resume and earlier_study.exists():  # replay writes it anew; a driver killed while replaying left this one
+        (out / OPTUNA_DB).unlink(missing_ok=True)
+    elif plan.resume and (out / OPTUNA_DB).exists():
+        os.replace(out / OPTUNA_DB, earlier_study)
+    storage = optuna.storages.RDBStorage(f"sqlite:///{out / OPTUNA_DB}")
+    inner = OptunaSearch(
+        space=plan.space.sampler(),
+        metric=INNER_METRIC,
+        mode="max",
+        sampler=sampler,
+        storage=storage,
+        study_name=OPTUNA_STUDY,
+    )
+
+    def on_look(history: dict[str, Any]) -> None:
+        (out / HISTORY_FILE).write_text(json.dumps(history, indent=2))
+        tracker.call(tracker.inner.note_look, history)
+
+    def on_control_equivalent(suggestion: dict[str, Any]) -> None:
+        results_log.call(results_log.inner.note_control_equivalent, suggestion)
+
+    searcher = PairedRepeater(
+        inner,
+        plan.make_arm,
+        plan.control,
+        plan.seeds,
+        plan.n_arms,
+        max(plan.milestones),
+        plan.metric,
+        plan.searcher.max_duplicates,
+        log_path=state / STATE_LOG,
+        sequential=plan.sequential,
+        on_look=on_look,
+        on_control_equivalent=on_control_equivalent,
+    )
+    scheduler = make_scheduler(
+        plan.scheduler,
+        metric=plan.metric,
+        control=plan.control.arm_id,
+        seeds=plan.seeds,
+        milestones=plan.milestones,
+        on_decision=on_decision,
+        log_path=state / STATE_LOG,
+    )
+    results_log = Guarded(
+        ResultsLog(out / "results.jsonl", out / "failures.jsonl", plan.metric, attempt),
+        f"writing {out}/results.jsonl",
+        "the search goes on (each cell keeps its milestones); it ends without a report",
+    )
+    book = scheduler.book if isinstance(scheduler, PairedScheduler) else None
+    progress = Progress(searcher, book, plan.metric, plan.total_cells, max(plan.milestones))
+    if plan.resume:
+        try:
+            _carry_over(plan, searcher, scheduler)  # may announce decisions (`on_decision`)
+        except BaseException:  # e.g. a log that does not replay: the folder is left as it was, its MLflow runs ended
+            _close_within(tracker, "KILLED", CLOSE_TIMEOUT_S)
+            if earlier_study.exists():
+                os.replace(earlier_study, out / OPTUNA_DB)
+            raise
+        earlier_study.unlink(missing_ok=True)
+    shown_progress = Guarded(progress, "the progress line", "no more progress lines")
+    watch = TrialWatch(
+        searcher,
+        scheduler.leave_out if isinstance(scheduler, PairedScheduler) else lambda trial: None,
+        notify=[results_log, tracker, shown_progress],
+        max_retries=plan.max_retries,
+        on_wait=raise_if_signalled,
+    )
+    searcher.while_waiting = watch.while_waiting
+    callbacks = [RaiseOnSignal(), watch, watch.lost_nodes, results_log, tracker, shown_progress]
+    if plan.control_cache is not None:
+        cache = ControlCache(
+            plan.control_cache, plan.backend_name, plan.make_arm.recipe_hash, plan.control.arm_id, plan.milestones
+        )
+        _seed_control_cells(plan, cache)
+        callbacks.append(
+            Guarded(
+                ControlCacheWriter(cache, plan.control.arm_id, out / "results.jsonl"),
+                f"storing control results in the cache {plan.control_cache}",
+                "the search goes on; later searches train their control again",
+            )
+        )
+    job = CellJob(
+        plan.backend, str(out / "cells"), max(1, int(resources.get("cpu", 1))), plan.control.arm_id, plan.faults
+    )
+
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: no Ray Tune status tables
+    os.environ.setdefault(
+        "TUNE_DISABLE_SIGINT_HANDLER", "1"
+    )  # Ctrl-C raises Interrupted at once; resume=true continues
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)  # results live in results.jsonl
+    started_ray = not ray.is_initialized()
+    try:
+        if started_ray:
+            from tune_dfrl.cluster.services import connect_ray
+
+            connect_ray(plan.ray.address, plan.ray.num_cpus)
+            handle_interrupts()
+            _Signals.cluster = ClusterWatch(ray.get_runtime_context().gcs_address, _lost_cluster_hint(plan)).start()
+        trainable = tune.with_resources(tune.with_parameters(run_cell, job=job), resources)
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(
+                search_alg=searcher,
+                scheduler=scheduler,
+                num_samples=-1,  # the searcher ends it
+                metric=plan.metric,
+                mode="max",
+                reuse_actors=plan.backend.reuses_trial_actors,
+                trial_dirname_creator=trial_dirname,
+            ),
+            run_config=tune.RunConfig(
+                storage_path=str(out / "ray"),
+                name="tune" if attempt == 0 else f"resume{attempt}",
+                verbose=0,
+                failure_config=tune.FailureConfig(max_failures=plan.max_retries),
+                callbacks=callbacks,
+            ),
+        )
+        _Signals.deferred = True
+        tuner.fit()
+        if _Signals.received is not None:  # arrived after Tune's last step
+            raise Interrupted(_Signals.received)
+    except BaseException:
+        _close_within(tracker, "KILLED", CLOSE_TIMEOUT_S)
+        raise
+    finally:
+        _Signals.deferred = False
+        watch, _Signals.cluster = _Signals.cluster, None
+        if watch is not None and watch.lost is None:
+            watch.stop()  # the shutdown below stops the GCS: not a loss
+        if started_ray:
+            from tune_dfrl.cluster.services import stop_ray
+
+            stop_ray()  # may block on a lost cluster: its watch ends the driver after GRACE_S
+        if watch is not None:
+            watch.stop()
+    return Trained(tracker, results_log.error, searcher.control_failed())
+
+
+def _lost_cluster_hint(plan: Plan) -> str:
+    if plan.ray.address is None:
+        return plan.resume_hint()
+    return f"start the cluster again (or set ray.address=null to run on this machine), then {plan.resume_hint()}"
+
+
+def _close_within(tracker: Guarded[SearchTracker], status: str, timeout_s: float) -> None:
+    """End the MLflow runs with `status`, waiting at most `timeout_s` (a resume reopens runs left RUNNING)."""
+    closing = threading.Thread(target=tracker.call, args=(tracker.inner.close, status), daemon=True)
+    closing.start()
+    closing.join(timeout_s)
+    if closing.is_alive():
+        print(
+            f"warning: MLflow did not mark the runs {status} within {timeout_s:g} s; a resume reopens them", flush=True
+        )
+
+
+def _carry_over(plan: Plan, searcher: Any, scheduler: Any) -> None:
+    """A resumed search replays the searcher's events (first: a decision announced below names its arms) and the
+    rung book's, then continues them. With `retry_failed`, the cells that failed, and those of arms stopped for want
+    of a seed to pair, run again."""
+    from tune_dfrl.paired.ledger import FAILED, STOPPED
+    from tune_dfrl.tune.scheduler import PairedScheduler
+
+    searcher.replay()
+    book = scheduler.book if isinstance(scheduler, PairedScheduler) else None
+    if book is not None:
+        scheduler.replay()
+        if plan.retry_failed:
+            scheduler.retry_failed()
+
+    def run_again(arm_id: str, seed: int, end: str) -> bool:
+        unpaired_stop = end == STOPPED and book is not None and book.stopped(arm_id) is None
+        return plan.retry_failed and (end == FAILED or unpaired_stop)
+
+    searcher.resume(plan.n_arms, run_again)
+
+
+def _seed_control_cells(plan: Plan, cache: ControlCache) -> None:
+    """Control seeds found in the cache get their milestone log from it: their trials replay it instead of training.
+    A cache that cannot be read is reported once and left alone (the control is trained)."""
+    for seed in plan.possible_seeds:
+        log = cell_dir(plan.out / "cells", plan.control.arm_id, seed) / MILESTONES
+        try:
+            cached = cache.get(seed)
+        except (OSError, ValueError) as error:
+            print(
+                f"warning: the control cache {cache.folder} cannot be read ({error}); the control is trained",
+                flush=True,
+            )
+            return
+        if cached is not None and not any(r["final"] for r in read_records(log)):
+            write_records(log, cached)
+
+
+def _artifact_location(plan: Plan) -> str | None:
+    """Artifacts next to a sqlite store; a tracking server decides its own."""
+    return (plan.out / "mlartifacts").as_uri() if plan.tracking_uri.startswith("sqlite:") else None
+
+
+def _flat_settings(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat_settings(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
