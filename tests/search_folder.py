@@ -27,11 +27,12 @@ from tune_dfrl.paired.ledger import FAILED as FAILED_END
 from tune_dfrl.paired.ledger import FINISHED, PairedLedger
 from tune_dfrl.paired.ledger import STOPPED as STOPPED_END
 from tune_dfrl.paired.rungs import ArmDecision, RungDecision
-from tune_dfrl.paired.seed_batches import HISTORY_FILE, SeedBatches
+from tune_dfrl.paired.seed_batches import SeedBatches
 from tune_dfrl.paired.sequential import SequentialRule
 from tune_dfrl.report.schema import Summary
 from tune_dfrl.search.finish import finish
 from tune_dfrl.search.run import Trained
+from tune_dfrl.state.folder import LOOKS
 from tune_dfrl.tracking.writer import SearchTracker
 from tune_dfrl.tune.guarded import Guarded
 from tune_dfrl.tune.results_log import ResultsLog
@@ -123,7 +124,7 @@ def build_search(out: Path, sequential: bool = False) -> SimpleNamespace:
         while not batches.finished:
             look = batches.look(ledger, [a["arm_id"] for a in ARMS[1:]], STEPS[-1])
             history = batches.history() | {"labels": {a["arm_id"]: a["label"] for a in ARMS}}
-            (out / HISTORY_FILE).write_text(json.dumps(history))
+            (out / LOOKS).write_text(json.dumps(history))
             tracker.note_look(history)
             opened = [a for a in ARMS[1:] if a["arm_id"] in look.states and look.states[a["arm_id"]].status == "open"]
             for arm in [CONTROL, *opened] if look.next_seeds else []:

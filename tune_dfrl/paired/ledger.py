@@ -1,12 +1,14 @@
-"""PairedLedger: the one record of a search's paired scores, and the one paired-delta computation.
+"""PairedLedger: a fold of a search's paired scores, and the one paired-delta computation.
 
-Cells are (arm, seed). The ledger holds score(arm, seed, step) for every reported milestone and
+Cells are (arm, seed). A ledger holds score(arm, seed, step) for every reported milestone and
 how each cell ended: finished (reached the last milestone), stopped (by the scheduler) or failed
-(after its last retry). Pure bookkeeping, no Ray: the scheduler's book, the searcher's feedback to
-Optuna, the live progress line, the MLflow tracker and the report all read their scores from one.
+(after its last retry). Pure bookkeeping, no Ray. The searcher (what Optuna is told, the sequential looks, the
+progress line) and the rung book each fold the search's events into one, in the order Ray Tune hands each of them
+the events; the report folds a score table into one for its learning curves.
 
-Duplicate rule (the only one): the first score of an (arm, seed, step) is kept. A milestone comes
-again only when a paused, retried or resumed trial re-reports it from its checkpoint or record.
+Duplicate rule (the only one): the first score of a milestone (arm, seed, step) (`milestone`) is kept. A milestone
+comes again only when a paused, retried or resumed trial re-reports it from its checkpoint or record; the record
+files and MLflow keep the first report of each milestone by the same rule.
 
 Paired deltas of arm A at step t over the seeds S where A and the control c both have a score:
 d_s = score(A, s, t) - score(c, s, t). Their interval is `stats.paired_interval` (the t-interval,
@@ -24,6 +26,12 @@ from tune_dfrl.paired.stats import paired_interval
 
 FINISHED, STOPPED, FAILED = "finished", "stopped", "failed"
 ENDS = (FINISHED, STOPPED, FAILED)
+
+
+def milestone(arm: str, seed: int, step: int) -> tuple[str, int, int]:
+    """The key of the duplicate rule: one milestone of one cell. Raises ValueError/TypeError on a seed or step that
+    is no integer."""
+    return str(arm), int(seed), int(step)
 
 
 @dataclass(frozen=True)
@@ -52,10 +60,11 @@ class PairedLedger:
 
     def record(self, arm: str, seed: int, step: int, score: float) -> bool:
         """Keep score(arm, seed, step) unless that milestone is already recorded; True when it was new."""
-        by_step = self._scores.setdefault(arm, {}).setdefault(int(seed), {})
-        if int(step) in by_step:
+        arm, seed, step = milestone(arm, seed, step)
+        by_step = self._scores.setdefault(arm, {}).setdefault(seed, {})
+        if step in by_step:
             return False
-        by_step[int(step)] = float(score)
+        by_step[step] = float(score)
         return True
 
     def end(self, arm: str, seed: int, how: str) -> None:

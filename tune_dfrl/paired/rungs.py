@@ -167,6 +167,7 @@ class RungBook:
         self.rungs = tuple(sorted(rungs))
         self.control = control
         self.seeds = tuple(seeds)
+        # The same events as the searcher's ledger, folded in the order Tune tells the scheduler (see PairedRepeater).
         self.ledger = PairedLedger(control)  # scores (first of a milestone kept) and the failed cells
         self.decisions: dict[tuple[str, int], ArmDecision] = {}  # (arm, rung) -> decision
         self._decided_at: dict[int, list[str]] = {rung: [] for rung in self.rungs}  # rung -> arms, in order

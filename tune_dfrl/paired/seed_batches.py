@@ -26,7 +26,6 @@ from tune_dfrl.paired.sequential import (
     recommendation,
 )
 
-HISTORY_FILE = "sequential.json"  # OUT/sequential.json: `SeedBatches.history` after each look
 OUT_STOPPED, OUT_FAILED = "stopped by the scheduler", "a seed without a paired final score"
 
 

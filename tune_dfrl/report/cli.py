@@ -14,16 +14,18 @@ from typing import Any
 
 import hydra
 from mlflow.tracking import MlflowClient
+from sqlalchemy.engine import make_url
 
 from tune_dfrl.backends.benchmarks import BenchmarkSet
 from tune_dfrl.config.settings import ReportSettings, from_mapping, register_settings
 from tune_dfrl.report.analysis import analyze, analyze_search, default_control, print_summary, write_report
 from tune_dfrl.report.scores import ScoreTable, load_csv, load_results
+from tune_dfrl.state.folder import MLFLOW_DB, REPORT, RERENDER, SUMMARY
 from tune_dfrl.state.records import SearchRecord
 from tune_dfrl.tracking.reader import load_search
+from tune_dfrl.tracking.writer import repoint_folder_store
 
 SEARCH_OPTIONS = ("aggregations", "delta", "alpha", "seed", "flip_k")  # what a re-render of a search may change
-RERENDER = "rerender"  # default folder of a re-render (in OUT, or here for experiment=), and its MLflow artifacts
 
 
 def log_report(paths: dict[str, Path], run_id: str, tracking_uri: str | None = None) -> None:
@@ -50,26 +52,39 @@ def load_source(cfg: Any) -> tuple[ScoreTable, SearchRecord | None]:
     if bool(cfg.runs) == bool(cfg.experiment):
         raise ValueError("give exactly one source: runs=PATH (a CSV or a search output directory) or experiment=NAME")
     if cfg.experiment:
+        if (folder := store_folder(cfg.mlflow.tracking_uri)) is not None:
+            repoint_folder_store(folder)
         return load_search(cfg.experiment, cfg.mlflow.tracking_uri, bench)
     path = Path(cfg.runs)
     if path.is_dir() or path.suffix == ".jsonl":
         if cfg.filter:
             raise ValueError("filter.* applies to CSV run tables only")
-        return load_results(path, bench), SearchRecord.read(path if path.is_dir() else path.parent)
+        folder = path if path.is_dir() else path.parent
+        repoint_folder_store(folder)  # a copied or moved search folder: its MLflow store names its own artifacts
+        return load_results(path, bench), SearchRecord.read(folder)
     if not path.exists():
         raise FileNotFoundError(f"runs={path}: no such file")
     return load_csv(path, bench, dict(cfg.filter), cfg.arm_column), None
 
 
+def store_folder(tracking_uri: str | None) -> Path | None:
+    """The search folder whose own sqlite store `tracking_uri` is (OUT/mlflow.db beside OUT/search.json), else None."""
+    if not tracking_uri or not tracking_uri.startswith("sqlite:") or not (database := make_url(tracking_uri).database):
+        return None
+    folder = Path(database).parent
+    return folder if Path(database).name == MLFLOW_DB and SearchRecord.read(folder) is not None else None
+
+
 def report_from_config(cfg: Any, given: frozenset[str] = frozenset()) -> None:
-    """The report of `cfg`. A search (`load_source`) is analysed by `analyze_search` with the options named on the command
-    line (`given`; the others are the search's), and written by default to OUT/rerender (runs=OUT) or ./rerender
-    (experiment=NAME), never over the search's own report unless out= says so."""
+    """The report of `cfg`. A search (`load_source`) is analysed by `analyze_search` with the options named on the
+    command line (`given`; the others are the search's), and written by default to OUT/rerender (runs=OUT, or
+    experiment= of a search folder's own store; else ./rerender), never over the search's own report unless out=
+    says so."""
     table, record = load_source(cfg)
     if record is not None:
         options = {k: cfg[k] for k in SEARCH_OPTIONS if k in given}
         summary = analyze_search(table, record, **options)
-        folder = Path(cfg.runs) if cfg.runs else Path(".")
+        folder = Path(cfg.runs) if cfg.runs else store_folder(cfg.mlflow.tracking_uri) or Path(".")
         default_out = (folder if folder.is_dir() else folder.parent) / RERENDER
     else:
         summary = analyze(
@@ -82,13 +97,13 @@ def report_from_config(cfg: Any, given: frozenset[str] = frozenset()) -> None:
             cfg.flip_k,
         )
         runs_dir = Path(cfg.runs) if cfg.runs and Path(cfg.runs).is_dir() else None
-        default_out = runs_dir / "report" if runs_dir else Path("report")
+        default_out = runs_dir / REPORT if runs_dir else Path(REPORT)
     out = Path(cfg.out) if cfg.out else default_out
     if summary.arms:
         paths = write_report(summary, table, out.absolute())
     else:  # every searched arm stopped or failed: nothing compared, the summary only
         out.mkdir(parents=True, exist_ok=True)
-        paths = {"summary": out.absolute() / "summary.json"}
+        paths = {"summary": out.absolute() / SUMMARY}
         paths["summary"].write_text(summary.to_json())
     print_summary(summary)
     for kind, path in paths.items():

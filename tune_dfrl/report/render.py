@@ -25,6 +25,7 @@ from rich.table import Table as RichTable  # noqa: E402
 
 from tune_dfrl.report.schema import EQUIVALENT, ArmStats, Recommendation, Summary  # noqa: E402
 from tune_dfrl.report.scores import ScoreTable  # noqa: E402
+from tune_dfrl.state.folder import SUMMARY
 
 VERDICT_COLORS = {"better": "#1a9850", "worse": "#d73027", "equivalent": "#4575b4", "inconclusive": "#7f7f7f"}
 
@@ -506,7 +507,7 @@ def write_report(summary: Summary, table: ScoreTable, out_dir: Path) -> dict[str
     if summary.curves:
         figures["curves"] = learning_curves(summary, out_dir / "curves.png")
     parts = sections(summary, table, figures)
-    paths = {"summary": out_dir / "summary.json", "markdown": out_dir / "report.md", "html": out_dir / "report.html"}
+    paths = {"summary": out_dir / SUMMARY, "markdown": out_dir / "report.md", "html": out_dir / "report.html"}
     paths["summary"].write_text(summary.to_json())
     paths["markdown"].write_text(markdown(parts, figures))
     paths["html"].write_text(html_document(parts, figures))

@@ -33,7 +33,8 @@ import pandas as pd
 
 from tune_dfrl.backends.base import LENGTH
 from tune_dfrl.backends.benchmarks import BenchmarkSet
-from tune_dfrl.paired.ledger import PairedLedger
+from tune_dfrl.paired.ledger import milestone
+from tune_dfrl.state.folder import BENCHMARKS, RESULTS
 
 DATAFLEX_BENCHMARKS = Path(__file__).with_name("benchmarks_dataflex.yaml")
 MAX_LISTED = 8  # how many offending cells an error message lists
@@ -293,15 +294,15 @@ def load_results(path: str | Path, bench: BenchmarkSet | None = None) -> ScoreTa
     `benchmarks.json` beside the file unless `bench` is given.
     """
     path = Path(path)
-    file = path / "results.jsonl" if path.is_dir() else path
+    file = path / RESULTS if path.is_dir() else path
     if not file.exists():
         raise FileNotFoundError(f"no results.jsonl at {file}")
     if bench is None:
-        meta = file.with_name("benchmarks.json")
+        meta = file.with_name(BENCHMARKS)
         if not meta.exists():
             raise FileNotFoundError(f"no benchmarks.json beside {file}; pass the benchmark metadata explicitly")
         bench = BenchmarkSet.from_file(meta)
-    ledgers: dict[str, PairedLedger] = {}  # benchmark -> accuracy(arm id, seed, step), first line of a milestone kept
+    seen: set[tuple[str, int, int]] = set()  # the first line of a milestone is kept (the ledger's duplicate rule)
     rows, repeated = [], set()
     for number, line in enumerate(file.read_text().splitlines(), start=1):
         if not line.strip():
@@ -315,21 +316,20 @@ def load_results(path: str | Path, bench: BenchmarkSet | None = None) -> ScoreTa
             raise ValueError(
                 f"{file} line {number}: lacks {sorted(missing)}; each line needs arm_id, seed, step, accuracy"
             )
-        milestone = (str(r["arm_id"]), r["seed"], r["step"])
         try:
-            new = {
-                name: ledgers.setdefault(name, PairedLedger()).record(*milestone, score)
-                for name, score in r["accuracy"].items()
-            }
+            key = milestone(r["arm_id"], r["seed"], r["step"])
+            scores = {name: float(score) for name, score in r["accuracy"].items()}
         except (TypeError, ValueError) as error:
             raise ValueError(
                 f"{file} line {number}: seed and step must be integers, accuracies numbers ({error})"
             ) from None
-        if not all(new.values()):
-            repeated.add(milestone)
+        if key in seen:
+            repeated.add(key)
+            continue
+        seen.add(key)
         rows += [
             {
-                "arm_id": milestone[0],
+                "arm_id": key[0],
                 "label": str(r.get("label") or r["arm_id"]),
                 "method": str(r.get("method", "")),
                 "seed": r["seed"],
@@ -338,8 +338,7 @@ def load_results(path: str | Path, bench: BenchmarkSet | None = None) -> ScoreTa
                 "score": score,
                 "length_chars": (r.get("length_chars") or {}).get(name, np.nan),
             }
-            for name, score in r["accuracy"].items()
-            if new[name]
+            for name, score in scores.items()
         ]
     if not rows:
         raise ValueError(f"{file} holds no milestone")
@@ -351,7 +350,9 @@ def load_results(path: str | Path, bench: BenchmarkSet | None = None) -> ScoreTa
         if repeated
         else ()
     )
-    table = table_from_arm_rows(pd.DataFrame(rows), bench, {"kind": "results", "path": str(file)})
+    # a search folder's file is named relative to the folder: a summary never names where the folder was
+    source = file.name if path.is_dir() else str(file)
+    table = table_from_arm_rows(pd.DataFrame(rows), bench, {"kind": "results", "path": source})
     return replace(table, notes=notes + table.notes)
 
 

@@ -18,22 +18,7 @@ Exit status: 0 done; 2 bad input (`error:` line, nothing written or trained); 1 
 but ended without a report, or lost its Ray cluster's head (`error:` line saying what to run next); 130 / 143
 interrupted by SIGINT / SIGTERM (one line saying how to resume).
 
-Output directory (OUT):
-
-    search.lock        held by the driver running the search (one search per folder)
-    search.json        the resolved plan (space, seeds, recipe, scheduler, ...)
-    benchmarks.json    the backend's benchmarks (name, domain, items)
-    results.jsonl      one line per (arm, seed, milestone)
-    failures.jsonl     (arm, seed) cells that failed after their last retry
-    cells/<arm_id>/seed<k>/checkpoint/   per-cell backend checkpoints (stable, keyed by arm id)
-    cells/<arm_id>/seed<k>/milestones.jsonl   the milestones each cell reported (replayed on restart)
-    state/events.jsonl the searcher's and the scheduler's events, replayed by `resume=true`; state/attempts.jsonl
-    optuna.db          the Optuna study (sqlite): one trial per distinct arm, value = mean paired delta
-                       (a view of state/events.jsonl, written again by a resume's replay)
-    ray/               Ray Tune's experiment state (tune/, then resume<k>/ per resumed attempt)
-    mlflow.db, mlartifacts/   the default MLflow store
-    report/            report.md, report.html, figures, summary.json
-    summary.json       the report's summary
+The output folder OUT and every file in it: `tune_dfrl.state.folder`.
 """
 
 from __future__ import annotations

@@ -14,13 +14,14 @@ from tune_dfrl.errors import NothingToCompare, SearchFailed
 from tune_dfrl.report.schema import Summary
 from tune_dfrl.search.plan import Plan
 from tune_dfrl.search.run import Trained
+from tune_dfrl.state.folder import REPORT, RESULTS, SUMMARY
 from tune_dfrl.tracking.writer import SearchTracker, browse_lines
 from tune_dfrl.tune.guarded import Guarded
 
 
 def finish(plan: Plan, trained: Trained) -> Summary:
     """Report the search (OUT/report, OUT/summary.json, MLflow), or raise SearchFailed saying what to do."""
-    results, tracker = plan.out / "results.jsonl", trained.tracker
+    results, tracker = plan.out / RESULTS, trained.tracker
     if trained.results_error is not None:
         tracker.call(tracker.inner.close, "KILLED")
         raise SearchFailed(
@@ -61,9 +62,9 @@ def _report(plan: Plan, tracker: Guarded[SearchTracker]) -> Summary:
             f"{nothing.what} ({f'{nothing.why}; {see}' if nothing.why else see}); fix the cause, "
             f"then {plan.resume_hint(' retry_failed=true')} to train the failed cells again"
         ) from None
-    report_dir = plan.out / "report" if summary.arms else None
+    report_dir = plan.out / REPORT if summary.arms else None
     paths = write_report(summary, table, report_dir) if report_dir else {}
-    (plan.out / "summary.json").write_text(summary.to_json())
+    (plan.out / SUMMARY).write_text(summary.to_json())
     tracker.call(tracker.inner.finish, summary, report_dir, plan.out)
     print_summary(summary)
     if paths:

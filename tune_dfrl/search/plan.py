@@ -49,12 +49,12 @@ from tune_dfrl.config.settings import (
 from tune_dfrl.errors import SearchError, SettingsError
 from tune_dfrl.paired.sequential import SequentialRule
 from tune_dfrl.state.control_cache import default_cache_root
-from tune_dfrl.state.resume import LOCK, STATE_FORMAT, check_folder_free, check_state_format, describe_differences
+from tune_dfrl.state.folder import CELLS, CHECKPOINT, LOCK, OPTUNA_DB, PLAN
+from tune_dfrl.state.resume import STATE_FORMAT, check_folder_free, check_state_format, describe_differences
 from tune_dfrl.tracking.writer import default_tracking_uri
 from tune_dfrl.tune.spaces import ArmFactory, SearchSpace, available_spaces, recipe_hash, space_file_text
 from tune_dfrl.tune.trial import PlantedFault, cell_dir
 
-OPTUNA_DB = "optuna.db"
 GROUPS = ("space", "backend")  # config groups; every other top-level key is a `SearchSettings` field
 
 
@@ -121,8 +121,7 @@ class Plan:
             "scheduler": as_dict(self.scheduler),
             "searcher": as_dict(self.searcher),
             "report": as_dict(self.report),
-            "out": str(self.out),
-            "tracking_uri": self.tracking_uri,
+            "tracking_uri": "" if self.tracking_uri == default_tracking_uri(self.out) else self.tracking_uri,
             "experiment": self.experiment,
             "ray_address": self.ray.address,
             "max_retries": self.max_retries,
@@ -315,7 +314,7 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
     stored = check_out(plan)
     plan = replace(
         plan,
-        tracking_uri=plan.tracking_uri or stored.get("tracking_uri") or default_tracking_uri(out),
+        tracking_uri=plan.tracking_uri or _stored_store(stored) or default_tracking_uri(out),
         experiment=plan.experiment or stored.get("experiment") or f"tune_dfrl/{out.name}",
     )
     if (store := sqlite_path(plan.tracking_uri)) is not None:
@@ -324,6 +323,13 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
     if address is not None:
         check_ray_address(address)
     return plan
+
+
+def _stored_store(stored: dict[str, Any]) -> str:
+    """The tracking URI a resumed search keeps: the one it was given, none for the folder's own store (wherever the
+    folder is now; search.json of an earlier version names that store by its absolute path, with `out`)."""
+    uri = stored.get("tracking_uri") or ""
+    return "" if "out" in stored and uri == default_tracking_uri(Path(stored["out"])) else uri
 
 
 def dry_run_lines(plan: Plan) -> list[str]:
@@ -358,7 +364,7 @@ def dry_run_lines(plan: Plan) -> list[str]:
     ]
     if hasattr(plan.backend, "trial_command"):
         seed = plan.seeds[0]
-        folder = cell_dir(plan.out / "cells", plan.control.arm_id, seed) / "checkpoint"
+        folder = cell_dir(plan.out / CELLS, plan.control.arm_id, seed) / CHECKPOINT
         with backend_errors(plan.backend_name, "build a trial's command"):
             command = plan.backend.trial_command(plan.control, seed, folder)
         lines.append(f"first trial (the control at seed {seed}): {shlex.join(command)}")
@@ -377,7 +383,7 @@ def _check_storage(plan: Plan) -> None:
 
 def check_out(plan: Plan) -> dict[str, Any]:
     """A new search needs an empty `out`; a resumed one the same search in it. Returns the stored search.json ({} if new)."""
-    out, stored = plan.out, plan.out / "search.json"
+    out, stored = plan.out, plan.out / PLAN
     if not plan.resume:
         if stored.exists():
             raise SearchError(
@@ -422,6 +428,6 @@ def _faults(value: Any, seeds: tuple[int, ...], milestones: tuple[int, ...]) -> 
 
 def save_plan(plan: Plan) -> None:
     """OUT/search.json: the plan and its fingerprint (what `resume=true` checks)."""
-    (plan.out / "search.json").write_text(
+    (plan.out / PLAN).write_text(
         json.dumps({**plan.describe(), "fingerprint": plan.fingerprint(), "state_format": STATE_FORMAT}, indent=2)
     )

@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ray.tune import Callback
@@ -35,16 +36,19 @@ from tune_dfrl.backends.benchmarks import BenchmarkInfo
 from tune_dfrl.backends.registry import backend_errors
 from tune_dfrl.cluster.head_watch import ClusterWatch
 from tune_dfrl.errors import Interrupted, SearchError
-from tune_dfrl.paired.seed_batches import HISTORY_FILE
-from tune_dfrl.search.plan import OPTUNA_DB, Plan, check_out, save_plan
+from tune_dfrl.search.plan import Plan, check_out, save_plan
 from tune_dfrl.state.control_cache import ControlCache
+from tune_dfrl.state.folder import BENCHMARKS, CELLS, FAILURES, LOOKS, MILESTONES, OPTUNA_DB, RAY, RESULTS
 from tune_dfrl.state.records import read_records, repair_log, write_records
 from tune_dfrl.state.resume import STATE_LOG, attempts_log, hold_folder, start_attempt, state_dir
+from tune_dfrl.tracking.writer import default_tracking_uri, folder_artifacts, repoint_folder_store
 from tune_dfrl.tune.guarded import Guarded
-from tune_dfrl.tune.trial import MILESTONES, cell_dir
+from tune_dfrl.tune.trial import cell_dir
 
 if TYPE_CHECKING:
     from tune_dfrl.tracking.writer import SearchTracker
+    from tune_dfrl.tune.progress import Progress
+    from tune_dfrl.tune.results_log import ResultsLog
 
 OPTUNA_STUDY = "tune_dfrl"  # study name in OUT/optuna.db: one trial per distinct arm, valued by its mean paired delta
 CLOSE_TIMEOUT_S = 10.0  # the most an interrupted driver waits for MLflow to mark its runs KILLED
@@ -140,32 +144,65 @@ def holding(plan: Plan) -> Iterator[None]:
 
 def train(plan: Plan) -> Trained:
     """Train the planned search in its held folder (`holding`) until the searcher ends it."""
-    import optuna
-    import ray
-    from ray import tune
-    from ray.tune.search.optuna import OptunaSearch
-
-    from tune_dfrl.state.control_cache import ControlCacheWriter
-    from tune_dfrl.tracking.writer import SearchTracker
     from tune_dfrl.tune.progress import Progress
-    from tune_dfrl.tune.results_log import ResultsLog
-    from tune_dfrl.tune.scheduler import PairedScheduler, make_scheduler
-    from tune_dfrl.tune.searcher import INNER_METRIC, PairedRepeater
-    from tune_dfrl.tune.trial import CellJob, run_cell, trial_dirname
-    from tune_dfrl.tune.trial_watch import TrialWatch
+    from tune_dfrl.tune.scheduler import PairedScheduler
 
     with backend_errors(plan.backend_name, "size a trial"):
-        resources = plan.backend.resources()
+        resources = plan.backend.resources()  # first: a backend that cannot size a trial leaves OUT untouched
+    benchmarks, attempt = _open_folder(plan)
+    _prepare_backend(plan)
+    writers = _open_writers(plan, benchmarks, attempt)
+    searcher, earlier_study = _paired_searcher(plan, writers)
+    scheduler = _paired_scheduler(plan, writers)
+    book = scheduler.book if isinstance(scheduler, PairedScheduler) else None
+    writers.progress = Progress(searcher, book, plan.metric, plan.total_cells, max(plan.milestones))
+    if plan.resume:
+        _resume(plan, searcher, scheduler, writers, earlier_study)
+    callbacks = _callbacks(plan, searcher, scheduler, writers)
+    _run_tune(plan, searcher, scheduler, callbacks, resources, attempt, writers)
+    return Trained(writers.tracker, writers.results_log.error, searcher.control_failed())
+
+
+@dataclass
+class Writers:
+    """What the driver writes while the search runs, each `Guarded` (a write error never fails a trial): the MLflow
+    runs (`tracker`), OUT's record files (`results_log`) and the progress line (`progress`, which reads the searcher
+    and the rung book, so it is set once they exist). The searcher's and the scheduler's events reach them here."""
+
+    out: Path
+    tracker: Guarded[SearchTracker]
+    results_log: Guarded[ResultsLog]
+    progress: Progress | None = None
+
+    def on_decision(self, decided: Any) -> None:
+        """A rung decision of the paired scheduler (a resume's replay may announce the first)."""
+        assert self.progress is not None, "the progress line is set before the scheduler decides"
+        self.progress.note_decision(decided)
+        self.results_log.call(self.results_log.inner.note_decision, decided)
+        self.tracker.call(self.tracker.inner.note_decision, decided)
+
+    def on_look(self, history: dict[str, Any]) -> None:
+        """A sequential look of `seeds=auto`: OUT/sequential.json and MLflow."""
+        (self.out / LOOKS).write_text(json.dumps(history, indent=2))
+        self.tracker.call(self.tracker.inner.note_look, history)
+
+    def on_control_equivalent(self, suggestion: dict[str, Any]) -> None:
+        """A suggestion that acts as the control (never trained)."""
+        self.results_log.call(self.results_log.inner.note_control_equivalent, suggestion)
+
+
+def _open_folder(plan: Plan) -> tuple[list[BenchmarkInfo], int]:
+    """Repair torn last lines of the append-only logs; write search.json, the attempt and benchmarks.json; say
+    what runs. Returns the benchmarks evaluated and the attempt's number (0: the first)."""
     out = plan.out
-    state = state_dir(out)
-    for log in (out / "results.jsonl", out / "failures.jsonl", attempts_log(out), state / STATE_LOG):
+    for log in (out / RESULTS, out / FAILURES, attempts_log(out), state_dir(out) / STATE_LOG):
         if (note := repair_log(log)) is not None:
             print(f"note: {note}", flush=True)
     save_plan(plan)
     attempt = start_attempt(out, plan.resume)
     with backend_errors(plan.backend_name, "list its benchmarks"):
         benchmarks = evaluated_benchmarks(plan.backend, plan.recipe)
-    (out / "benchmarks.json").write_text(json.dumps([asdict(b) for b in benchmarks], indent=2))
+    (out / BENCHMARKS).write_text(json.dumps([asdict(b) for b in benchmarks], indent=2))
     seeds = (
         f"seeds=auto ({plan.sequential.start} to {plan.sequential.max})"
         if plan.sequential
@@ -177,6 +214,11 @@ def train(plan: Plan) -> Trained:
         + (f" (resumed, attempt {attempt})" if plan.resume else ""),
         flush=True,
     )
+    return benchmarks, attempt
+
+
+def _prepare_backend(plan: Plan) -> None:
+    """The backend builds what it caches (e.g. the embedded base model) before any trial."""
     began = time.monotonic()
     print(
         f"preparing the {plan.backend_name} backend (a first run builds what it caches, e.g. the embedded base model)",
@@ -186,6 +228,14 @@ def train(plan: Plan) -> Trained:
         plan.backend.prepare()
     print(f"backend ready after {time.monotonic() - began:.0f} s", flush=True)
 
+
+def _open_writers(plan: Plan, benchmarks: list[BenchmarkInfo], attempt: int) -> Writers:
+    """The MLflow tracker (its experiment and search run opened now) and the results log."""
+    from tune_dfrl.tracking.writer import SearchTracker
+    from tune_dfrl.tune.results_log import ResultsLog
+
+    if plan.tracking_uri == default_tracking_uri(plan.out):
+        repoint_folder_store(plan.out)  # a search folder copied or moved, then resumed, writes only in its new place
     tracker = Guarded(
         SearchTracker(
             plan.tracking_uri,
@@ -201,39 +251,40 @@ def train(plan: Plan) -> Trained:
         "MLflow logging",
         "the search goes on without it; results.jsonl holds every milestone",
     )
+    results_log = Guarded(
+        ResultsLog(plan.out / RESULTS, plan.out / FAILURES, plan.metric, attempt),
+        f"writing {plan.out / RESULTS}",
+        "the search goes on (each cell keeps its milestones); it ends without a report",
+    )
+    return Writers(plan.out, tracker, results_log)
 
-    def on_decision(decided: Any) -> None:  # after `progress` and `results_log` exist (a resume's may be the first)
-        progress.note_decision(decided)
-        results_log.call(results_log.inner.note_decision, decided)
-        tracker.call(tracker.inner.note_decision, decided)
+
+def _paired_searcher(plan: Plan, writers: Writers) -> tuple[Any, Path]:
+    """`PairedRepeater` around Optuna's TPE on OUT/optuna.db. The study is a view of the searcher's events: a resume
+    moves the earlier one aside (returned: restored if the replay fails) and the replay writes it anew."""
+    import optuna
+    from ray.tune.search.optuna import OptunaSearch
+
+    from tune_dfrl.tune.searcher import INNER_METRIC, PairedRepeater
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     sampler = optuna.samplers.TPESampler(
         seed=plan.searcher.seed, n_startup_trials=plan.searcher.n_startup_trials, multivariate=True, group=True
     )
-    earlier_study = out / (OPTUNA_DB + ".before-resume")  # the study is a view of the searcher's events: a resume's
-    if plan.resume and earlier_study.exists():  # replay writes it anew; a driver killed while replaying left this one
-        (out / OPTUNA_DB).unlink(missing_ok=True)
-    elif plan.resume and (out / OPTUNA_DB).exists():
-        os.replace(out / OPTUNA_DB, earlier_study)
-    storage = optuna.storages.RDBStorage(f"sqlite:///{out / OPTUNA_DB}")
+    study, earlier_study = plan.out / OPTUNA_DB, plan.out / (OPTUNA_DB + ".before-resume")
+    if plan.resume and earlier_study.exists():  # a driver killed while replaying left the earlier study aside
+        study.unlink(missing_ok=True)
+    elif plan.resume and study.exists():
+        os.replace(study, earlier_study)
     inner = OptunaSearch(
         space=plan.space.sampler(),
         metric=INNER_METRIC,
         mode="max",
         sampler=sampler,
-        storage=storage,
+        storage=optuna.storages.RDBStorage(f"sqlite:///{study}"),
         study_name=OPTUNA_STUDY,
     )
-
-    def on_look(history: dict[str, Any]) -> None:
-        (out / HISTORY_FILE).write_text(json.dumps(history, indent=2))
-        tracker.call(tracker.inner.note_look, history)
-
-    def on_control_equivalent(suggestion: dict[str, Any]) -> None:
-        results_log.call(results_log.inner.note_control_equivalent, suggestion)
-
     searcher = PairedRepeater(
         inner,
         plan.make_arm,
@@ -243,46 +294,59 @@ def train(plan: Plan) -> Trained:
         max(plan.milestones),
         plan.metric,
         plan.searcher.max_duplicates,
-        log_path=state / STATE_LOG,
+        log_path=state_dir(plan.out) / STATE_LOG,
         sequential=plan.sequential,
-        on_look=on_look,
-        on_control_equivalent=on_control_equivalent,
+        on_look=writers.on_look,
+        on_control_equivalent=writers.on_control_equivalent,
     )
-    scheduler = make_scheduler(
+    return searcher, earlier_study
+
+
+def _paired_scheduler(plan: Plan, writers: Writers) -> Any:
+    """The scheduler the settings name (`PairedScheduler` for the paired ones), its decisions to `writers`."""
+    from tune_dfrl.tune.scheduler import make_scheduler
+
+    return make_scheduler(
         plan.scheduler,
         metric=plan.metric,
         control=plan.control.arm_id,
         seeds=plan.seeds,
         milestones=plan.milestones,
-        on_decision=on_decision,
-        log_path=state / STATE_LOG,
+        on_decision=writers.on_decision,
+        log_path=state_dir(plan.out) / STATE_LOG,
     )
-    results_log = Guarded(
-        ResultsLog(out / "results.jsonl", out / "failures.jsonl", plan.metric, attempt),
-        f"writing {out}/results.jsonl",
-        "the search goes on (each cell keeps its milestones); it ends without a report",
-    )
-    book = scheduler.book if isinstance(scheduler, PairedScheduler) else None
-    progress = Progress(searcher, book, plan.metric, plan.total_cells, max(plan.milestones))
-    if plan.resume:
-        try:
-            _carry_over(plan, searcher, scheduler)  # may announce decisions (`on_decision`)
-        except BaseException:  # e.g. a log that does not replay: the folder is left as it was, its MLflow runs ended
-            _close_within(tracker, "KILLED", CLOSE_TIMEOUT_S)
-            if earlier_study.exists():
-                os.replace(earlier_study, out / OPTUNA_DB)
-            raise
-        earlier_study.unlink(missing_ok=True)
-    shown_progress = Guarded(progress, "the progress line", "no more progress lines")
+
+
+def _resume(plan: Plan, searcher: Any, scheduler: Any, writers: Writers, earlier_study: Path) -> None:
+    """Replay the event log into the searcher and the scheduler (`_carry_over`). A log that does not replay leaves
+    the folder as it was: the earlier study back in place, the MLflow runs ended."""
+    try:
+        _carry_over(plan, searcher, scheduler)  # may announce decisions (`Writers.on_decision`)
+    except BaseException:
+        _close_within(writers.tracker, "KILLED", CLOSE_TIMEOUT_S)
+        if earlier_study.exists():
+            os.replace(earlier_study, plan.out / OPTUNA_DB)
+        raise
+    earlier_study.unlink(missing_ok=True)
+
+
+def _callbacks(plan: Plan, searcher: Any, scheduler: Any, writers: Writers) -> list[Callback]:
+    """Tune's callbacks, in order: signals and a lost head first (`RaiseOnSignal`), every trial end booked
+    (`TrialWatch`, which also hears of lost nodes), then the writers and the control cache."""
+    from tune_dfrl.state.control_cache import ControlCacheWriter
+    from tune_dfrl.tune.scheduler import PairedScheduler
+    from tune_dfrl.tune.trial_watch import TrialWatch
+
+    shown_progress = Guarded(writers.progress, "the progress line", "no more progress lines")
     watch = TrialWatch(
         searcher,
         scheduler.leave_out if isinstance(scheduler, PairedScheduler) else lambda trial: None,
-        notify=[results_log, tracker, shown_progress],
+        notify=[writers.results_log, writers.tracker, shown_progress],
         max_retries=plan.max_retries,
         on_wait=raise_if_signalled,
     )
     searcher.while_waiting = watch.while_waiting
-    callbacks = [RaiseOnSignal(), watch, watch.lost_nodes, results_log, tracker, shown_progress]
+    callbacks = [RaiseOnSignal(), watch, watch.lost_nodes, writers.results_log, writers.tracker, shown_progress]
     if plan.control_cache is not None:
         cache = ControlCache(
             plan.control_cache, plan.backend_name, plan.make_arm.recipe_hash, plan.control.arm_id, plan.milestones
@@ -290,15 +354,33 @@ def train(plan: Plan) -> Trained:
         _seed_control_cells(plan, cache)
         callbacks.append(
             Guarded(
-                ControlCacheWriter(cache, plan.control.arm_id, out / "results.jsonl"),
+                ControlCacheWriter(cache, plan.control.arm_id, plan.out / RESULTS),
                 f"storing control results in the cache {plan.control_cache}",
                 "the search goes on; later searches train their control again",
             )
         )
-    job = CellJob(
-        plan.backend, str(out / "cells"), max(1, int(resources.get("cpu", 1))), plan.control.arm_id, plan.faults
-    )
+    return callbacks
 
+
+def _run_tune(
+    plan: Plan,
+    searcher: Any,
+    scheduler: Any,
+    callbacks: list[Callback],
+    resources: dict[str, float],
+    attempt: int,
+    writers: Writers,
+) -> None:
+    """Connect to Ray (a private node, or `ray.address`) and run `Tuner.fit`, each trial with `resources`, until the
+    searcher ends the search; a signal or a lost head ends the MLflow runs as KILLED and raises."""
+    import ray
+    from ray import tune
+
+    from tune_dfrl.tune.trial import CellJob, run_cell, trial_dirname
+
+    job = CellJob(
+        plan.backend, str(plan.out / CELLS), max(1, int(resources.get("cpu", 1))), plan.control.arm_id, plan.faults
+    )
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: no Ray Tune status tables
     os.environ.setdefault(
         "TUNE_DISABLE_SIGINT_HANDLER", "1"
@@ -312,9 +394,8 @@ def train(plan: Plan) -> Trained:
             connect_ray(plan.ray.address, plan.ray.num_cpus)
             handle_interrupts()
             _Signals.cluster = ClusterWatch(ray.get_runtime_context().gcs_address, _lost_cluster_hint(plan)).start()
-        trainable = tune.with_resources(tune.with_parameters(run_cell, job=job), resources)
         tuner = tune.Tuner(
-            trainable,
+            tune.with_resources(tune.with_parameters(run_cell, job=job), resources),
             tune_config=tune.TuneConfig(
                 search_alg=searcher,
                 scheduler=scheduler,
@@ -325,7 +406,7 @@ def train(plan: Plan) -> Trained:
                 trial_dirname_creator=trial_dirname,
             ),
             run_config=tune.RunConfig(
-                storage_path=str(out / "ray"),
+                storage_path=str(plan.out / RAY),
                 name="tune" if attempt == 0 else f"resume{attempt}",
                 verbose=0,
                 failure_config=tune.FailureConfig(max_failures=plan.max_retries),
@@ -337,7 +418,7 @@ def train(plan: Plan) -> Trained:
         if _Signals.received is not None:  # arrived after Tune's last step
             raise Interrupted(_Signals.received)
     except BaseException:
-        _close_within(tracker, "KILLED", CLOSE_TIMEOUT_S)
+        _close_within(writers.tracker, "KILLED", CLOSE_TIMEOUT_S)
         raise
     finally:
         _Signals.deferred = False
@@ -350,7 +431,6 @@ def train(plan: Plan) -> Trained:
             stop_ray()  # may block on a lost cluster: its watch ends the driver after GRACE_S
         if watch is not None:
             watch.stop()
-    return Trained(tracker, results_log.error, searcher.control_failed())
 
 
 def _lost_cluster_hint(plan: Plan) -> str:
@@ -395,7 +475,7 @@ def _seed_control_cells(plan: Plan, cache: ControlCache) -> None:
     """Control seeds found in the cache get their milestone log from it: their trials replay it instead of training.
     A cache that cannot be read is reported once and left alone (the control is trained)."""
     for seed in plan.possible_seeds:
-        log = cell_dir(plan.out / "cells", plan.control.arm_id, seed) / MILESTONES
+        log = cell_dir(plan.out / CELLS, plan.control.arm_id, seed) / MILESTONES
         try:
             cached = cache.get(seed)
         except (OSError, ValueError) as error:
@@ -410,7 +490,7 @@ def _seed_control_cells(plan: Plan, cache: ControlCache) -> None:
 
 def _artifact_location(plan: Plan) -> str | None:
     """Artifacts next to a sqlite store; a tracking server decides its own."""
-    return (plan.out / "mlartifacts").as_uri() if plan.tracking_uri.startswith("sqlite:") else None
+    return folder_artifacts(plan.out) if plan.tracking_uri.startswith("sqlite:") else None
 
 
 def _flat_settings(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:

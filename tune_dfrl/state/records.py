@@ -39,9 +39,8 @@ from typing import Any
 
 from tune_dfrl.backends.base import RESULT_PREFIXES
 from tune_dfrl.state.atomic_file import write_atomically
+from tune_dfrl.state.folder import EQUIVALENTS, FAILURES, LOOKS, PLAN, STOPS
 
-PLAN, FAILURES, STOPS, LOOKS = "search.json", "failures.jsonl", "stops.jsonl", "sequential.json"
-EQUIVALENTS = "control_equivalent.jsonl"
 # a search's record, besides results.jsonl and benchmarks.json
 RECORD_FILES = (PLAN, FAILURES, STOPS, EQUIVALENTS, LOOKS)
 

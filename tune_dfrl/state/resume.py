@@ -33,17 +33,17 @@ from pathlib import Path
 from typing import Any
 
 from tune_dfrl.errors import FolderInUse, StateFormatError
+from tune_dfrl.state.folder import ATTEMPTS, EVENTS, LOCK, STATE
 from tune_dfrl.state.records import append_record
 
 MAX_LISTED = 5
-LOCK = "search.lock"
 STATE_FORMAT = 3
 """The shape of what `resume=true` reads back (the files above), written to OUT/search.json as `state_format` (absent
 in folders written before the field: format 1; format 2 replaced the pickled scheduler by its event log, format 3 the
 pickled searcher too, one event log for both). Raised whenever a persisted file or event changes shape
 (tests/tune/test_searcher.py pins the shape of the current version); a folder of another format is refused before
 anything is read (`check_state_format`)."""
-STATE_LOG = "events.jsonl"  # in OUT/state: the searcher's and the paired scheduler's events, each replaying its own
+STATE_LOG = EVENTS  # in OUT/state: the searcher's and the paired scheduler's events, each replaying its own
 
 
 def hold_folder(out: Path) -> int:
@@ -95,7 +95,7 @@ def check_state_format(out: Path, stored: Mapping[str, Any]) -> None:
 
 
 def state_dir(out: Path) -> Path:
-    return out / "state"
+    return out / STATE
 
 
 def save_atomically(path: Path, save: Callable[[str], None]) -> None:
@@ -115,7 +115,7 @@ def start_attempt(out: Path, resume: bool) -> int:
 
 
 def attempts_log(out: Path) -> Path:
-    return state_dir(out) / "attempts.jsonl"
+    return state_dir(out) / ATTEMPTS
 
 
 def differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:

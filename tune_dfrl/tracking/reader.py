@@ -16,6 +16,7 @@ from mlflow.artifacts import download_artifacts
 from tune_dfrl.backends.base import ACCURACY, LENGTH
 from tune_dfrl.backends.benchmarks import BenchmarkSet
 from tune_dfrl.report.scores import ScoreTable, listing, table_from_arm_rows
+from tune_dfrl.state.folder import BENCHMARKS
 from tune_dfrl.state.records import SearchRecord
 from tune_dfrl.tracking.writer import RECORD, ROLE
 
@@ -62,7 +63,7 @@ def load_mlflow(experiment: str, tracking_uri: str | None = None, bench: Benchma
             )
         with tempfile.TemporaryDirectory() as tmp:
             meta = download_artifacts(
-                run_id=origin["search_run_id"], artifact_path="benchmarks.json", dst_path=tmp, tracking_uri=tracking_uri
+                run_id=origin["search_run_id"], artifact_path=BENCHMARKS, dst_path=tmp, tracking_uri=tracking_uri
             )
             bench = BenchmarkSet.from_file(meta)
     seed_runs = runs_with_role("seed")

@@ -24,6 +24,7 @@ sets; the tag `mlflow.experimentKind` is not read for it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import math
@@ -46,9 +47,10 @@ from sqlalchemy.engine import make_url
 from tune_dfrl.backends.base import RESULT_PREFIXES, SCORE
 from tune_dfrl.backends.benchmarks import BenchmarkInfo
 from tune_dfrl.config.cache_root import default_cache_dir
-from tune_dfrl.paired.ledger import PairedLedger
+from tune_dfrl.paired.ledger import milestone
 from tune_dfrl.paired.rungs import ArmDecision
 from tune_dfrl.report.schema import EQUIVALENT, Summary
+from tune_dfrl.state.folder import ARTIFACTS, BENCHMARKS, LOOKS, MLFLOW_DB
 from tune_dfrl.state.records import RECORD_FILES
 
 ROLE = "tune_dfrl.role"
@@ -64,11 +66,22 @@ UI_HOST, UI_PORT = "127.0.0.1", 5000  # where the printed `mlflow ui` command se
 UI_SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 ARMS_VIEW = "tune_dfrl.arms"  # id of the saved runs-table view of the arm runs
 SAVED_VIEW_TAG = "mlflow.sharedViewState."  # MLflow 3.17.2's UI: experiment tag prefix of a saved view
+ARTIFACT_COLUMNS = {"experiments": "artifact_location", "runs": "artifact_uri", "logged_models": "artifact_location"}
 
 
 def default_tracking_uri(out_dir: Path) -> str:
     """The default store: sqlite in the output directory."""
-    return f"sqlite:///{out_dir / 'mlflow.db'}"
+    return f"sqlite:///{out_dir.absolute() / MLFLOW_DB}"
+
+
+def folder_artifacts(out_dir: Path) -> str:
+    """Where a search in `out_dir` keeps its MLflow artifacts (with a sqlite store): OUT/mlartifacts."""
+    return (out_dir.absolute() / ARTIFACTS).as_uri()
+
+
+def repoint_folder_store(out_dir: Path) -> int:
+    """`repoint_store` of the search folder's own store (OUT/mlflow.db) at OUT/mlartifacts; 0 if it has none."""
+    return repoint_store(default_tracking_uri(out_dir), folder_artifacts(out_dir))
 
 
 def new_sqlite_store(tracking_uri: str, artifact_location: str) -> None:
@@ -106,6 +119,34 @@ def new_sqlite_store(tracking_uri: str, artifact_location: str) -> None:
         partial.unlink(missing_ok=True)  # a copy that failed half-way is not left in the search folder
 
 
+def repoint_store(tracking_uri: str, artifact_location: str) -> int:
+    """Point a sqlite store's artifact locations that name another folder's `mlartifacts/` at `artifact_location`
+    (a copied or moved search folder: MLflow keeps absolute `file://` URIs). Returns how many rows changed.
+
+    An experiment's location `file:///OLD/mlartifacts` becomes `artifact_location`; a run's
+    `file:///OLD/mlartifacts/<run>/artifacts` becomes `<artifact_location>/<run>/artifacts`. Nothing else is read or
+    written; a store that does not exist yet, or is no sqlite file, is left alone."""
+    if not tracking_uri.startswith("sqlite:") or not (database := make_url(tracking_uri).database):
+        return 0
+    if not Path(database).exists():
+        return 0
+    root = artifact_location.rstrip("/")
+    marker = "/" + ARTIFACTS
+    changed = 0
+    with contextlib.closing(sqlite3.connect(database)) as db, db:
+        for table, column in ARTIFACT_COLUMNS.items():
+            for key, value in db.execute(f"SELECT rowid, {column} FROM {table}").fetchall():
+                cut = value.find(marker + "/") if isinstance(value, str) else -1
+                cut = len(value) - len(marker) if cut < 0 and isinstance(value, str) and value.endswith(marker) else cut
+                if cut < 0 or not value.startswith("file:"):
+                    continue
+                moved = root + value[cut + len(marker) :]
+                if moved != value:
+                    db.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = ?", (moved, key))
+                    changed += 1
+    return changed
+
+
 def _empty_store() -> Path:
     """The cache's empty store of the installed MLflow, built by MLflow on first use."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
@@ -115,7 +156,7 @@ def _empty_store() -> Path:
         return template
     template.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=template.parent) as folder:
-        building = Path(folder) / "mlflow.db"
+        building = Path(folder) / MLFLOW_DB
         store = SqlAlchemyStore(f"sqlite:///{building}", Path(folder).as_uri())
         store.engine.dispose()
         os.replace(building, template)
@@ -223,7 +264,7 @@ class SearchTracker(Callback):
         self.arm_runs: dict[str, str] = {}  # arm id -> run id
         self.seed_runs: dict[tuple[str, int], str] = {}  # (arm id, seed) -> run id
         self._open_seed_runs: set[str] = set()
-        self.ledger = PairedLedger(control_id)  # the milestones logged, with their `metric`
+        self.logged: set[tuple[str, int, int]] = set()  # the milestones logged (the ledger's duplicate rule)
         existing = self.client.get_experiment_by_name(experiment)
         if existing is not None and not resume:
             raise ValueError(
@@ -253,7 +294,7 @@ class SearchTracker(Callback):
         )
         self.search_run_id = run.info.run_id
         self.client.log_batch(self.search_run_id, params=_params(settings))
-        self.client.log_dict(self.search_run_id, [vars(b) for b in benchmarks], "benchmarks.json")
+        self.client.log_dict(self.search_run_id, [vars(b) for b in benchmarks], BENCHMARKS)
 
     def _reopen(self, experiment_id: str) -> bool:
         """Pick up the runs of an interrupted search (False when it has no search run yet); mark them running again."""
@@ -270,7 +311,7 @@ class SearchTracker(Callback):
                 key = (tags["arm_id"], int(tags["seed"]))
                 self.seed_runs[key] = run_id
                 for m in self.client.get_metric_history(run_id, self.metric):
-                    self.ledger.record(*key, m.step, m.value)
+                    self.logged.add(milestone(*key, m.step))
                 if run.info.status == "RUNNING" or (run.info.status == "KILLED" and tags.get("stopped") != "true"):
                     self._open_seed_runs.add(run_id)  # interrupted, not stopped by the scheduler
         for run_id in [self.search_run_id, *self.arm_runs.values(), *self._open_seed_runs]:
@@ -331,8 +372,9 @@ class SearchTracker(Callback):
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         arm, seed, step = trial.config["arm"], int(trial.config["seed"]), int(result["step"])
-        if not self.ledger.record(arm["arm_id"], seed, step, result[self.metric]):
+        if milestone(arm["arm_id"], seed, step) in self.logged:
             return  # a resumed trial reporting a milestone again
+        self.logged.add(milestone(arm["arm_id"], seed, step))
         now = int(time.time() * 1000)
         metrics = [Metric(k, float(v), now, step) for k, v in result.items() if k.startswith(tuple(RESULT_PREFIXES))]
         self.client.log_batch(self.seed_run(arm, seed), metrics=metrics)
@@ -364,7 +406,7 @@ class SearchTracker(Callback):
 
     def note_look(self, history: Mapping[str, Any]) -> None:
         """seeds=auto: the looks so far as the search run's sequential.json; the last look on each arm's parent run."""
-        self.client.log_dict(self.search_run_id, dict(history), "sequential.json")
+        self.client.log_dict(self.search_run_id, dict(history), LOOKS)
         look, now = history["looks"][-1], int(time.time() * 1000)
         for arm, state in look["states"].items():
             if (run_id := self.arm_runs.get(arm)) is not None:

@@ -10,26 +10,26 @@ from typing import Any
 
 from ray.tune import Callback
 
-from tune_dfrl.paired.ledger import PairedLedger
-from tune_dfrl.state.records import EQUIVALENTS, STOPS, append_record, flat_result, milestone_record, read_records
+from tune_dfrl.paired.ledger import milestone
+from tune_dfrl.state.records import EQUIVALENTS, STOPS, append_record, milestone_record, read_records
 
 
 class ResultsLog(Callback):
-    """Appends every new milestone of every trial to `path` (the first report of a milestone, by the
-    `PairedLedger` rule, also across resumes), and every failed cell to `failures`."""
+    """Appends every new milestone of every trial to `path` (the first report of a milestone, by the ledger's
+    duplicate rule, also across resumes), and every failed cell to `failures`."""
 
     def __init__(self, path: Path, failures: Path, metric: str, attempt: int = 0) -> None:
         self.path = path
         self.failures = failures
         self.metric = metric
         self.attempt = attempt
-        self.ledger = PairedLedger()  # the milestones written, with their `metric`
-        for r in read_records(path):
-            self.ledger.record(r["arm_id"], r["seed"], r["step"], flat_result(r)[metric])
+        self.written = {milestone(r["arm_id"], r["seed"], r["step"]) for r in read_records(path)}
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         arm, seed = trial.config["arm"], int(trial.config["seed"])
-        if self.ledger.record(arm["arm_id"], seed, int(result["step"]), result[self.metric]):
+        key = milestone(arm["arm_id"], seed, result["step"])
+        if key not in self.written:
+            self.written.add(key)
             append_record(self.path, {**milestone_record(arm, seed, result), "attempt": self.attempt})
 
     def note_decision(self, decided: Any) -> None:

@@ -96,6 +96,8 @@ class PairedRepeater(Searcher):
         self.seeds = tuple(int(s) for s in seeds)
         self.n_arms = n_arms
         self.max_duplicates = max_duplicates
+        # The same events as the rung book's ledger, folded in the order Tune tells the searcher (results and ends
+        # reach the searcher and the scheduler at different times), so each decides on what it has been told.
         self.ledger = PairedLedger(control.arm_id)
         self.feedback = OptunaFeedback(self.ledger, self.seeds, final_step)
         self.batches = SeedBatches(sequential, control.arm_id) if sequential is not None else None

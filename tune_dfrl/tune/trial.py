@@ -23,9 +23,8 @@ from typing import Any
 
 from tune_dfrl.backends.base import ArmSpec, Backend, Milestone
 from tune_dfrl.errors import PlantedFaultError
+from tune_dfrl.state.folder import MILESTONES
 from tune_dfrl.state.records import flat_result, milestone_record, read_records, write_records
-
-MILESTONES = "milestones.jsonl"
 
 
 def cell_dir(cells_root: Path, arm_id: str, seed: int) -> Path:
