@@ -90,8 +90,17 @@ def load_model(path: Path) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
 
 
 def save_model(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, path: Path) -> None:
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    """Save in Hugging Face's format, without its "Writing model shards" bar (the caller shows its own progress)."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
 
 
 @dataclass(frozen=True)

@@ -27,13 +27,14 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import json
+import logging
 import math
 import os
 import shutil
 import sqlite3
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -155,12 +156,26 @@ def _empty_store() -> Path:
     if template.exists():
         return template
     template.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=template.parent) as folder:
+    with tempfile.TemporaryDirectory(dir=template.parent) as folder, _quiet("mlflow.store.db.utils", "alembic"):
         building = Path(folder) / MLFLOW_DB
         store = SqlAlchemyStore(f"sqlite:///{building}", Path(folder).as_uri())
         store.engine.dispose()
         os.replace(building, template)
     return template
+
+
+@contextlib.contextmanager
+def _quiet(*loggers: str) -> Iterator[None]:
+    """The named loggers say only warnings and errors meanwhile (MLflow and Alembic narrate a new store's schema)."""
+    chosen = [logging.getLogger(name) for name in loggers]
+    levels = [logger.level for logger in chosen]
+    for logger in chosen:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for logger, level in zip(chosen, levels):
+            logger.setLevel(level)
 
 
 def _is_server(tracking_uri: str) -> bool:

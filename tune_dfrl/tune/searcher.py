@@ -287,7 +287,7 @@ class PairedRepeater(Searcher):
             arm = self._make_arm(suggestion)
             if arm.arm_id not in self.arms:
                 return self._enqueue(arm, inner_id)
-            log.info("suggestion %s duplicates arm %s (%s): not trained again", inner_id, arm.arm_id, arm.label)
+            log.info("suggestion %s repeats arm %s: not trained again", inner_id, self.arms[arm.arm_id].label)
             if arm.arm_id == self.control.arm_id:  # passed on once the suggestion is recorded (`suggest`)
                 method, params = suggestion["method"], dict(suggestion.get("params") or {})
                 self._equivalents.append(
@@ -333,8 +333,8 @@ class PairedRepeater(Searcher):
             "sequential look %d at %d seeds: %s; next seeds %s",
             look.number,
             look.seeds,
-            {arm: state.status for arm, state in look.states.items()},
-            list(look.next_seeds),
+            ", ".join(f"{self.arms[arm].label} {state.status}" for arm, state in look.states.items()) or "no arm",
+            list(look.next_seeds) or "none",
         )
         open_arms = [arm_id for arm_id, state in look.states.items() if state.status == "open"]
         self._queue = [
