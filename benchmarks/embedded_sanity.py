@@ -8,7 +8,8 @@ and reports the paired differences d_s = db(trained, s) - db(base) with a 95% t-
 
     python benchmarks/embedded_sanity.py [--seeds 6] [--workers 2] [--steps N]
 
-The last output line is one JSON object {"seeds", "base_db", "trained_db", "delta", "ci_low", "ci_high"}.
+The last output line is one JSON object {"seeds", "base_db", "trained_db", "delta", "ci_low", "ci_high"}, also
+written to benchmarks/results/embedded_sanity.json (benchmarks/results_file.py).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def base_db(recipe: dict) -> float:
     return Evaluator(get_benchmarks(r.eval_benchmarks), tokenizer, r.max_new_tokens)(model).aggregates["db"]
 
 
-def main() -> None:
+def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=6)
     parser.add_argument("--workers", type=int, default=2, help="trials in parallel, 1 thread each")
@@ -79,19 +80,19 @@ def main() -> None:
         f"uniform GRPO vs base over {len(deltas)} seeds: delta {mean:+.2f} points, "
         f"95% CI [{mean - half:+.2f}, {mean + half:+.2f}]"
     )
-    print(
-        json.dumps(
-            {
-                "seeds": len(deltas),
-                "base_db": round(base, 3),
-                "trained_db": round(float(np.mean(trained)), 3),
-                "delta": round(mean, 3),
-                "ci_low": round(mean - half, 3),
-                "ci_high": round(mean + half, 3),
-            }
-        )
-    )
+    figures = {
+        "seeds": len(deltas),
+        "base_db": round(base, 3),
+        "trained_db": round(float(np.mean(trained)), 3),
+        "delta": round(mean, 3),
+        "ci_low": round(mean - half, 3),
+        "ci_high": round(mean + half, 3),
+    }
+    print(json.dumps(figures))
+    return figures
 
 
 if __name__ == "__main__":
-    main()
+    from results_file import write_results
+
+    write_results("embedded_sanity", [main()], __doc__.splitlines()[0])

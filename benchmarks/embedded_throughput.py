@@ -9,7 +9,8 @@ with 1 thread, base build <= 2 min.
     python benchmarks/embedded_throughput.py [--threads 1] [--steps 20] [--cache-dir DIR]
 
 With --cache-dir the base model is reused when present (base_build_s is then the lookup time).
-The last output line is one JSON object {"step_ms", "rollout_tokens_per_s", "eval_s", "base_build_s", "trial_s"}.
+The last output line is one JSON object {"step_ms", "rollout_tokens_per_s", "eval_s", "base_build_s", "trial_s"},
+also written to benchmarks/results/embedded_throughput.json (benchmarks/results_file.py).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from tune_dfrl.trainers.embedded.trainer import GRPOTrainer
 BASELINE = ArmSpec("baseline", {}, "baseline", "uniform GRPO")
 
 
-def main() -> None:
+def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=20, help="GRPO steps timed for the median")
@@ -76,17 +77,15 @@ def main() -> None:
         trial_s = time.perf_counter() - start
         print(f"default trial ({r.steps} steps, milestone every {r.milestone_every}): {trial_s:.1f} s")
 
-    print(
-        json.dumps(
-            {
-                "step_ms": round(step_ms, 1),
-                "rollout_tokens_per_s": round(rollout_tokens_per_s),
-                "eval_s": round(eval_s, 2),
-                "base_build_s": round(base_build_s, 1),
-                "trial_s": round(trial_s, 1),
-            }
-        )
-    )
+    figures = {
+        "step_ms": round(step_ms, 1),
+        "rollout_tokens_per_s": round(rollout_tokens_per_s),
+        "eval_s": round(eval_s, 2),
+        "base_build_s": round(base_build_s, 1),
+        "trial_s": round(trial_s, 1),
+    }
+    print(json.dumps(figures))
+    return figures
 
 
 def _rollout_rate(trainer: GRPOTrainer, r: EmbeddedRecipe, repeats: int = 10) -> float:
@@ -112,4 +111,6 @@ def _rollout_rate(trainer: GRPOTrainer, r: EmbeddedRecipe, repeats: int = 10) ->
 
 
 if __name__ == "__main__":
-    main()
+    from results_file import write_results
+
+    write_results("embedded_throughput", [main()], __doc__.splitlines()[0])

@@ -13,7 +13,8 @@ threads by default; masks are int64, as verl builds them.
     python benchmarks/policy_overhead.py [--reps 5] [--threads 2] [--quick]
 
 The last output line is one JSON object:
-{"max_ratio": ..., "results": [{"policy", "shape": "PxnxL", "ms", "ratio", "ms_eighth"}, ...]}
+{"max_ratio": ..., "results": [{"policy", "shape": "PxnxL", "ms", "loss_ms", "ratio", "ms_eighth"}, ...]}
+The results go to benchmarks/results/policy_overhead.json too (benchmarks/results_file.py).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def policy_hook(t: dict[str, torch.Tensor], method: str, params: dict, n: int) -
     return lambda: policy.apply(RolloutBatch(**fields))
 
 
-def main() -> None:
+def main() -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="shapes / 16 (a smoke run)")
@@ -118,6 +119,7 @@ def main() -> None:
                 policy=name,
                 shape=f"{prompts}x{n}x{length}",
                 ms=round(ms, 2),
+                loss_ms=round(loss_ms, 2),
                 ratio=round(ms / loss_ms, 4),
                 ms_eighth=round(ms_eighth, 2),
             )
@@ -130,7 +132,10 @@ def main() -> None:
             results.append(row)
         del full, eighth
     print(json.dumps({"max_ratio": max(r["ratio"] for r in results), "results": results}))
+    return results
 
 
 if __name__ == "__main__":
-    main()
+    from results_file import write_results
+
+    write_results("policy_overhead", main(), __doc__.splitlines()[0])

@@ -9,6 +9,8 @@ medians over the runs: seconds from the start call to a connected driver, second
 the CPU-s the node's processes (the driver's descendants) used by then plus `--idle` seconds.
 
     python benchmarks/private_ray_start.py --runs 5
+
+One JSON line per kind; both go to benchmarks/results/private_ray_start.json (benchmarks/results_file.py).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def one_run(kind: str, idle_s: float) -> dict[str, float]:
     return figures
 
 
-def main() -> None:
+def main() -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="runs of each kind (alternating)")
     parser.add_argument("--idle", type=float, default=2.0, help="seconds the node idles after the first task")
@@ -73,7 +75,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one_run(args.one, args.idle)))
-        return
+        return []
     runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
     with tempfile.TemporaryDirectory() as home:  # Ray's own token mode writes ~/.ray/auth_token
         env = {**os.environ, "HOME": home, services.LOCAL_ONLY: "0"}
@@ -83,10 +85,17 @@ def main() -> None:
                 done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=True)
                 runs[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
                 print(f"run {i + 1}/{args.runs} {kind}: {runs[kind][-1]}", file=sys.stderr)
+    rows = []
     for kind, figures in runs.items():
         medians = {key: round(statistics.median(f[key] for f in figures), 2) for key in figures[0]}
-        print(json.dumps({"kind": kind, "runs": args.runs, **medians}))
+        rows.append({"kind": kind, "runs": args.runs, **medians})
+        print(json.dumps(rows[-1]))
+    return rows
 
 
 if __name__ == "__main__":
-    main()
+    medians = main()
+    if medians:  # not a single run of one kind (--one)
+        from results_file import write_results
+
+        write_results("private_ray_start", medians, __doc__.splitlines()[0])

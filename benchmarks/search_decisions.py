@@ -82,6 +82,7 @@ SETTINGS: dict[str, tuple[float, ...]] = {  # true final effects of the K = 12 a
     "null": (0.0,) * 9 + (-1.5, -2.5, -4.0),
 }
 HEADLINE, NULL = "one_winner", "null"
+DEFAULT_PROXY_HALF = 0.7  # CampaignModel's proxy_half
 
 
 # --- calibration from real runs --------------------------------------------------------------
@@ -525,13 +526,43 @@ def sweep(model: CampaignModel, campaigns: int, seed: int) -> None:
                 )
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def result_rows(results: dict[str, dict[str, Metrics]]) -> list[dict[str, object]]:
+    """The table's rows for the results file (benchmarks/results_file.py), to the table's 3 decimals; NaN: none."""
+    return [
+        {"setting": setting, "method": method}
+        | {
+            field: None if math.isnan(value) else round(value, 3)
+            for field, value in (
+                ("compute_frac", m.compute_frac),
+                ("best_kept", m.best_kept),
+                ("false_winner", m.false_winner),
+                ("null_correct", m.null_correct),
+                ("picked_best", m.picked_best),
+            )
+        }
+        for setting, by_method in results.items()
+        for method, m in by_method.items()
+    ]
+
+
+def results_name(proxy_half: float) -> str:
+    """`search_decisions` at the default learning-curve assumption, `search_decisions_proxy_half_<value>` at another."""
+    return (
+        "search_decisions"
+        if proxy_half == DEFAULT_PROXY_HALF
+        else f"search_decisions_proxy_half_{proxy_half:g}".replace(".", "")
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, dict[str, dict[str, Metrics]]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--campaigns", type=int, default=500, help="simulated campaigns per setting")
     parser.add_argument("--seed", type=int, default=0, help="master seed: the same seed reproduces the table")
     parser.add_argument("--seeds", type=int, default=8, help="paired seeds per arm")
     parser.add_argument("--milestones", type=int, default=10, help="evaluation milestones per trial")
-    parser.add_argument("--proxy-half", type=float, default=0.7, help="share of the true effect in the half-way delta")
+    parser.add_argument(
+        "--proxy-half", type=float, default=DEFAULT_PROXY_HALF, help="share of the true effect in the half-way delta"
+    )
     parser.add_argument(
         "--sweep", action="store_true", help="also sweep rung-rule settings (slow; for tuning defaults)"
     )
@@ -569,7 +600,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         sweep(model, args.campaigns, args.seed)
     print(f"\nelapsed {time.perf_counter() - started:.1f} s")
     print(summary_json(results))
+    return args, results
 
 
 if __name__ == "__main__":
-    main()
+    from results_file import write_results
+
+    arguments, figures = main()
+    write_results(results_name(arguments.proxy_half), result_rows(figures), __doc__.splitlines()[0])

@@ -14,7 +14,8 @@ start's first verl step and of later steps (verl's `timing_s/step`), the mean se
 phase and of each process's imports (trainers/verl/timeline.py), and the search's wall time.
 Its standard output is one JSON line (progress and the search's own output go to standard error).
 `--device cuda` is the GPU smoke test (benchmarks/verl_gpu_smoke.sh): the same search with vLLM
-rollouts on one GPU.
+rollouts on one GPU. The figures, less the output folder, also go to benchmarks/results/verl_cpu_e2e.json
+(`--device cuda`: verl_gpu_smoke.json; benchmarks/results_file.py).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ VAL_ITEMS = 8  # validation rows per benchmark
 TRAIN_PER_DOMAIN = 32
 CPU_TRIAL_CPUS = 2  # Tune's CPUs per CPU trial, and the search's Ray has as many: one trial at a time
 # One GPU, the tiny model: one rollout replica, a small vLLM share, padded batches, one agent-loop and reward worker.
-# Added to the recipe's `overrides` (and its own settings, tune_dfrl/trainers/verl/recipe.py), not in their place.
+# Added to the recipe's `overrides` (and its own settings, trainers/verl/recipe.py), not in their place.
 GPU_OVERRIDES = (
     "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
     "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
@@ -162,7 +163,7 @@ def timings(out: Path) -> dict[str, Any]:
     }
 
 
-def main() -> int:
+def main() -> tuple[int, dict[str, Any] | None]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/verl_cpu_e2e"))
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -192,7 +193,7 @@ def main() -> int:
     wall = time.monotonic() - began
     if done.returncode != 0:
         print(f"error: the search exited with code {done.returncode}", file=sys.stderr)
-        return done.returncode
+        return done.returncode, None
     figures = {
         "device": args.device,
         "arms": args.arms,
@@ -210,8 +211,18 @@ def main() -> int:
         file=sys.stderr,
     )
     print(json.dumps(figures))
-    return 0
+    return 0, figures
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code, measured = main()
+    if measured is not None:
+        from results_file import write_results
+
+        gpu = measured["device"] != "cpu"
+        what = __doc__.splitlines()[0]
+        if gpu:
+            what = "The GPU smoke test (benchmarks/verl_gpu_smoke.sh, vLLM on one GPU): " + what[0].lower() + what[1:]
+        rows = [{k: v for k, v in measured.items() if k != "out"}]
+        write_results("verl_gpu_smoke" if gpu else "verl_cpu_e2e", rows, what)
+    sys.exit(code)

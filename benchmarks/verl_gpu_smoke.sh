@@ -3,6 +3,7 @@
 # benchmarks/verl_cpu_e2e.py (control + arms x seeds, real verl GRPO trials through the CLI) with
 # backend.device=cuda: vLLM rollouts on ONE GPU instead of the CPU platform's HF rollout.
 # Needs an NVIDIA GPU and the `gpu` extra (verl[vllm]); CI and CPU machines never run it.
+# Its figures go to benchmarks/results/verl_gpu_smoke.json (docs/performance.md).
 #   bash benchmarks/verl_gpu_smoke.sh [--arms 2] [--seeds 2] [--steps 4] [--out DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
