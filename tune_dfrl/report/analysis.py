@@ -86,7 +86,7 @@ def default_control(table: ScoreTable) -> str:
     return found[0]
 
 
-class _Scores:
+class ArmScores:
     """Aggregated score matrices [arm x control seed] of the final milestones, NaN where a run is missing."""
 
     def __init__(self, bench: BenchmarkSet, runs: Runs, control: str, arms: list[str], seeds: list[int]):
@@ -107,7 +107,7 @@ class _Scores:
         return frame.pivot(index="arm", columns="seed", values="score").reindex(index=self.index, columns=self.seeds)
 
 
-def _pair_arms(keys: pd.DataFrame, control: str) -> tuple[list[int], list[str], dict[str, str], list[str]]:
+def pair_arms(keys: pd.DataFrame, control: str) -> tuple[list[int], list[str], dict[str, str], list[str]]:
     """(control seeds, compared arms, excluded {arm: reason}, notes) from the runs' (arm, seed) keys."""
     seeds_of = keys.groupby("arm")["seed"].agg(lambda s: sorted(set(s)))
     control_seeds = seeds_of[control]
@@ -135,7 +135,7 @@ def _pair_arms(keys: pd.DataFrame, control: str) -> tuple[list[int], list[str], 
 
 
 def _robustness(
-    scores: _Scores,
+    scores: ArmScores,
     name: str,
     means: pd.Series,
     verdicts: dict[str, str],
@@ -261,9 +261,9 @@ def analyze(
     if control not in final.arms:
         raise ValueError(f"control {control!r} is not an arm of the score table; arms: {', '.join(final.arms)}")
     runs = final.runs()
-    seeds, arms, excluded, notes = _pair_arms(runs.keys, control)
+    seeds, arms, excluded, notes = pair_arms(runs.keys, control)
     family = max(len(arms) + len(excluded), family_size or 0)  # DESIGN §7: the family is the whole search
-    scores = _Scores(final.bench, runs, control, arms, seeds)
+    scores = ArmScores(final.bench, runs, control, arms, seeds)
     notes = (
         list(final.notes)
         + notes

@@ -3,6 +3,8 @@
 `runs=` a search's folder (its `results.jsonl` and record), a `results.jsonl`, or an external CSV run table;
 `experiment=` a search's MLflow experiment (`tune_dfrl.tracking.reader`). A search is re-analysed with its own
 options (those named on the command line replace them) and written to OUT/rerender; a CSV to ./report.
+`transfer.screen.COLUMN=VALUE ... transfer.target.COLUMN=VALUE ...` on a CSV: the transfer check between the two
+slices (`tune_dfrl.report.transfer`).
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from tune_dfrl.backends.benchmarks import BenchmarkSet
 from tune_dfrl.config.settings import ReportSettings, from_mapping, register_settings
 from tune_dfrl.report.analysis import analyze, analyze_search, default_control, print_summary, write_report
 from tune_dfrl.report.scores import ScoreTable, load_csv, load_results
+from tune_dfrl.report.transfer import print_transfer, transfer_report
 from tune_dfrl.state.folder import MLFLOW_DB, REPORT, RERENDER, SUMMARY
 from tune_dfrl.state.records import SearchRecord
 from tune_dfrl.tracking.reader import load_search
 from tune_dfrl.tracking.writer import repoint_folder_store
 
 SEARCH_OPTIONS = ("aggregations", "delta", "alpha", "seed", "flip_k")  # what a re-render of a search may change
+TRANSFER_SLICES = ("transfer.screen.", "transfer.target.")  # open mappings, like filter.: Hydra's `+` optional
 
 
 def log_report(paths: dict[str, Path], run_id: str, tracking_uri: str | None = None) -> None:
@@ -80,6 +84,8 @@ def report_from_config(cfg: Any, given: frozenset[str] = frozenset()) -> None:
     command line (`given`; the others are the search's), and written by default to OUT/rerender (runs=OUT, or
     experiment= of a search folder's own store; else ./rerender), never over the search's own report unless out=
     says so."""
+    if (transfer := cfg.get("transfer")) and (transfer.screen or transfer.target):
+        return transfer_from_config(cfg)
     table, record = load_source(cfg)
     if record is not None:
         options = {k: cfg[k] for k in SEARCH_OPTIONS if k in given}
@@ -113,10 +119,38 @@ def report_from_config(cfg: Any, given: frozenset[str] = frozenset()) -> None:
         print(f"logged to MLflow run {table.origin['search_run_id']} ({RERENDER}/)")
 
 
+# ------------------------------------------------------------------ the transfer check (tune_dfrl.report.transfer)
+
+
+def transfer_from_config(cfg: Any) -> None:
+    """transfer.screen.COLUMN=VALUE ... transfer.target.COLUMN=VALUE ...: the transfer check between two slices of
+    the CSV run table runs= (filter.* applies to both), on the first of aggregations (default db), written to out=
+    (default ./report) as transfer.md, .json, .png; prints the verdict and the paths."""
+    if cfg.experiment:
+        raise ValueError("transfer.* compares two slices of a CSV run table (runs=PATH), not an MLflow experiment")
+    if not cfg.runs:
+        raise ValueError("transfer.* needs the CSV run table: runs=PATH")
+    common = dict(cfg.filter)
+    check, paths = transfer_report(
+        cfg.runs,
+        {**common, **cfg.transfer.screen},
+        {**common, **cfg.transfer.target},
+        Path(cfg.out or REPORT),
+        cfg.control,
+        cfg.aggregations,
+        cfg.alpha,
+        cfg.seed,
+        BenchmarkSet.from_file(cfg.benchmarks) if cfg.benchmarks else None,
+        cfg.arm_column,
+    )
+    print_transfer(check, paths)
+
+
 def main() -> None:
     """Entry point: Hydra `key=value` overrides; `filter.COLUMN=VALUE` may omit Hydra's `+`. The statistics
     settings (delta, alpha, flip_k, seed) are checked first (`tune_dfrl.config.settings.ReportSettings`)."""
     sys.argv = [("+" + a if a.startswith("filter.") else a) for a in sys.argv]
+    sys.argv = [("+" + a if a.startswith(TRANSFER_SLICES) else a) for a in sys.argv]
     given = frozenset(a.split("=", 1)[0].lstrip("+~") for a in sys.argv[1:] if "=" in a)
     register_settings()
 
