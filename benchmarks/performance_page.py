@@ -30,6 +30,7 @@ ORDER = (
     "embedded_sanity",
     "policy_overhead",
     "search_decisions",
+    "two_stage_decisions",
     "private_ray_start",
     "verl_cpu_e2e",
     "verl_gpu_smoke",

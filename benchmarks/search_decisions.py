@@ -167,10 +167,11 @@ def simulate_scores(
 ) -> np.ndarray:
     """Scores [campaigns, 1 + K arms, seeds + extra_seeds, milestones]; arm 0 is the control.
 
+    `effects` holds the K arms' true final effects, [K] (every campaign) or [campaigns, K] (one row per campaign).
     The extra seeds (for the 12-seed and sequential designs) come from `extra_rng` and share the
     campaign's transient effects, so the first `model.seeds` seeds are the same with or without them.
     """
-    transient = rng.normal(0.0, model.transient_sd, (campaigns, len(effects) + 1, 1, 1))
+    transient = rng.normal(0.0, model.transient_sd, (campaigns, np.shape(effects)[-1] + 1, 1, 1))
     transient[:, 0] = 0.0
     scores = seed_block(effects, transient, model, model.seeds, rng)
     extra = [seed_block(effects, transient, model, 1, extra_rng) for _ in range(extra_seeds)]  # one at a time:
@@ -185,7 +186,8 @@ def seed_block(
     progress = np.arange(1, model.milestones + 1) / model.milestones
     weight = progress ** (math.log(model.proxy_half) / math.log(0.5))
     noise_scale = 1.0 + (model.early_noise - 1.0) * (1.0 - progress)
-    theta = np.concatenate([[0.0], effects])[None, :, None, None]
+    effects = np.asarray(effects, dtype=float)  # [K] or [C, K]: the control's 0 goes first on the last axis
+    theta = np.concatenate([np.zeros(effects.shape[:-1] + (1,)), effects], axis=-1)[..., None, None]
     run_sd = model.paired_sd / math.sqrt(2.0)
     seed_effect = rng.normal(0.0, model.seed_sd, (shape[0], 1, seeds, 1))
     interaction = rng.normal(0.0, run_sd * math.sqrt(model.persistent), shape[:3] + (1,))
