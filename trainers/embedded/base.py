@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 from filelock import FileLock
+from rich import get_console
 from rich.progress import Progress
 
 from tune_dfrl.config.cache_root import default_cache_dir
@@ -142,7 +143,7 @@ def _warm_up(recipe: BaseRecipe, out_dir: Path) -> None:
         optimizer, lambda s: _warmup_cosine(s, recipe.warmup_steps, recipe.steps)
     )
     model.train()
-    with Progress(transient=True) as progress:
+    with Progress(transient=True, disable=not get_console().is_terminal) as progress:  # a log gets no bar
         task = progress.add_task(f"building base model {out_dir.name}", total=recipe.steps)
         weights = np.asarray(recipe.domain_weights) / sum(recipe.domain_weights)
         for d in rng.choice(len(DOMAINS), size=recipe.steps, p=weights):  # one domain per batch: little padding

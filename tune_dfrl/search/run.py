@@ -386,6 +386,9 @@ def _run_tune(
         "TUNE_DISABLE_SIGINT_HANDLER", "1"
     )  # Ctrl-C raises Interrupted at once; resume=true continues
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)  # results live in results.jsonl
+    logging.getLogger("ray.tune.utils.util").setLevel(
+        logging.ERROR
+    )  # "... may be a performance bottleneck" on a busy machine
     started_ray = not ray.is_initialized()
     try:
         if started_ray:
