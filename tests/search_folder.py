@@ -158,7 +158,9 @@ def finish_search(out: Path, tracker: SearchTracker) -> tuple[Summary, str]:
     """`search_finish.finish` of the search in `out`, as a search's last stage runs it: (summary, what it printed)."""
     printed, logging = io.StringIO(), Guarded(tracker, "MLflow logging", "the test fails")
     with contextlib.redirect_stdout(printed):
-        summary = finish(SimpleNamespace(out=out, tracking_uri=tracker.tracking_uri), Trained(logging, None, False))
+        summary = finish(
+            SimpleNamespace(out=out, tracking_uri=tracker.tracking_uri, confirm=None), Trained(logging, None, False)
+        )
     assert logging.error is None, logging.error
     return summary, printed.getvalue()
 

@@ -156,6 +156,17 @@ class MlflowSettings:
 
 
 @dataclass(frozen=True)
+class ConfirmSettings:
+    """Screen cheap, confirm on the target (docs/readme_search.md): this search trains the control and the screen's
+    top arms on the target recipe. With `screen` set, `space` must be the screen's and `arms` is ignored (the arms
+    are the `top` candidates); `seeds=n` then means the n smallest seeds >= 0 the screen did not use, and a seed list
+    must share none with the screen's (for a seeds=auto screen: every seed it may have used)."""
+
+    screen: str | None = declared(None, NAME)  # the screen's search folder; null = an ordinary search
+    top: int = declared(3, COUNT)  # K: the screen's top K arms by screen Δ (analysed to the end only) are confirmed
+
+
+@dataclass(frozen=True)
 class SearchSettings:
     """Everything `python -m tune_dfrl.search` takes besides `space` and `backend` (their own groups)."""
 
@@ -182,6 +193,7 @@ class SearchSettings:
     report: ReportSettings = section(ReportSettings)
     ray: RaySettings = section(RaySettings)
     mlflow: MlflowSettings = section(MlflowSettings)
+    confirm: ConfirmSettings = section(ConfirmSettings)
 
 
 # -- reading and storing them -------------------------------------------------------------------------

@@ -35,7 +35,10 @@ def finish(plan: Plan, trained: Trained) -> Summary:
             f"fix the cause, then {plan.resume_hint(' retry_failed=true')} to train them again"
         )
     try:
-        return _report(plan, tracker)
+        summary = _report(plan, tracker)
+        if plan.confirm is not None:
+            _confirm_report(plan, tracker)
+        return summary
     except SearchFailed:
         tracker.call(tracker.inner.close, "FINISHED")
         raise
@@ -72,3 +75,33 @@ def _report(plan: Plan, tracker: Guarded[SearchTracker]) -> Summary:
     print(f"summary: {plan.out / 'summary.json'}")
     print(*browse_lines(plan.tracking_uri, tracker.inner.experiment_id), sep="\n")
     return summary
+
+
+def _confirm_report(plan: Plan, tracker: Guarded[SearchTracker]) -> None:
+    """A confirm search: both stages side by side (`tune_dfrl.report.confirm.write_confirm`), the MLflow runs linked
+    to the screen's, the key lines printed."""
+    from tune_dfrl.report.confirm import trial_seconds, write_confirm
+    from tune_dfrl.state.folder import MLFLOW_DB
+    from tune_dfrl.tracking.writer import default_tracking_uri
+
+    assert plan.confirm is not None
+    screen = plan.confirm.screen
+    own_store = screen.folder / MLFLOW_DB if not screen.plan.get("tracking_uri") else None
+    seconds = {
+        "screen": trial_seconds(
+            screen.plan.get("tracking_uri") or default_tracking_uri(screen.folder),
+            screen.plan.get("experiment", ""),
+            own_store if own_store is not None and own_store.is_file() else None,
+        ),
+        "confirm": trial_seconds(plan.tracking_uri, plan.experiment),
+    }
+    record, lines = write_confirm(plan.out, seconds)
+    tracker.call(
+        tracker.inner.tag_runs,
+        {"confirm.screen_folder": plan.confirm.given, "confirm.screen_experiment": record["screen_experiment"]},
+        {
+            arm["arm_id"]: {"screen_arm_id": arm["screen_arm_id"], "screen_delta": f"{arm['screen']['delta']:.6g}"}
+            for arm in record["arms"]
+        },
+    )
+    print(*lines, sep="\n")

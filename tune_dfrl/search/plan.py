@@ -48,12 +48,44 @@ from tune_dfrl.config.settings import (
 )
 from tune_dfrl.errors import SearchError, SettingsError
 from tune_dfrl.paired.sequential import SequentialRule
+from tune_dfrl.report.confirm import Candidate, Screen, load_screen
 from tune_dfrl.state.control_cache import default_cache_root
 from tune_dfrl.state.folder import CELLS, CHECKPOINT, LOCK, OPTUNA_DB, PLAN
 from tune_dfrl.state.resume import STATE_FORMAT, check_folder_free, check_state_format, describe_differences
 from tune_dfrl.tracking.writer import default_tracking_uri
 from tune_dfrl.tune.spaces import ArmFactory, SearchSpace, available_spaces, recipe_hash, space_file_text
 from tune_dfrl.tune.trial import PlantedFault, cell_dir
+
+
+@dataclass(frozen=True)
+class ConfirmPlan:
+    """A confirm search (`confirm.screen=DIR`): the screen read, and its top `top` candidates as this search's arms
+    (`arms`: this search's arm id -> the screen's candidate; the ids differ, the recipe hash being the target's)."""
+
+    given: str  # confirm.screen as given
+    top: int
+    screen: Screen
+    arms: dict[str, Candidate]
+
+    def suggestions(self) -> list[dict[str, Any]]:
+        """The arms as the searcher suggests them, best screen Δ first."""
+        return [c.suggestion() for c in self.arms.values()]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "screen": self.given,
+            "screen_folder": str(self.screen.folder),
+            "screen_experiment": self.screen.plan.get("experiment", ""),
+            "top": self.top,
+            "arms": {
+                arm_id: {"screen_arm_id": c.arm_id, "label": c.label, "screen_delta": c.delta}
+                for arm_id, c in self.arms.items()
+            },
+        }
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"screen": self.given, "top": self.top, "screen_arms": [c.arm_id for c in self.arms.values()]}
+
 
 GROUPS = ("space", "backend")  # config groups; every other top-level key is a `SearchSettings` field
 
@@ -87,6 +119,7 @@ class Plan:
     sequential: SequentialRule | None = None  # seeds=auto: `seeds` are the starting seeds
     dry_run: bool = False  # check and describe the search; start nothing
     warnings: tuple[str, ...] = ()  # under dry_run: what this machine lacks for the trials (else those are errors)
+    confirm: ConfirmPlan | None = None  # confirm.screen=DIR: the screen's top arms, confirmed on this recipe
 
     @property
     def possible_seeds(self) -> tuple[int, ...]:
@@ -127,6 +160,7 @@ class Plan:
             "max_retries": self.max_retries,
             "control_cache": str(self.control_cache) if self.control_cache else None,
             **self._sequential(),
+            **({"confirm": self.confirm.describe()} if self.confirm is not None else {}),
         }
 
     def _sequential(self) -> dict[str, Any]:
@@ -146,6 +180,7 @@ class Plan:
                     "scheduler": as_dict(self.scheduler),
                     "searcher": as_dict(self.searcher),
                     **self._sequential(),
+                    **({"confirm": self.confirm.fingerprint()} if self.confirm is not None else {}),
                 },
                 default=str,
             )
@@ -237,6 +272,12 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
     milestones = tuple(sorted({*range(every, steps + 1, every), steps}))
 
     space = SearchSpace.from_mapping(dict(cfg["space"]), int(recipe["rollout_n"]))
+    screen = load_screen(settings.confirm.screen, settings.confirm.top) if settings.confirm.screen else None
+    if screen is not None and screen.space != space.name:
+        raise SearchError(
+            f"confirm.screen={settings.confirm.screen}: the screen searched space {screen.space!r}, not "
+            f"{space.name!r}; give space={screen.space}"
+        )
     sequential = SequentialRule.of(settings.sequential, settings.report.alpha) if settings.seeds == AUTO_SEEDS else None
     seeds = (
         tuple(range(sequential.start))
@@ -245,6 +286,8 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
         if isinstance(settings.seeds, int)
         else tuple(settings.seeds)
     )
+    if screen is not None:
+        seeds = confirm_seeds(settings.seeds, seeds, sequential, screen.possible_seeds)
     aggregations = [*BUILTIN_AGGREGATIONS, *(recipe.get("subsets") or {})]
     if settings.metric not in aggregations:
         raise SearchError(
@@ -253,6 +296,11 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
 
     make_arm = ArmFactory(int(recipe["rollout_n"]), recipe_hash(recipe), binary_rewards=backend.binary_rewards)
     control = make_arm({"method": space.control_method, "params": space.control_params})
+    confirm = _confirm_plan(settings.confirm.screen, settings.confirm.top, screen, make_arm, control)
+    if confirm is not None:
+        with backend_errors(backend_name, "validate the arms"):
+            for arm in confirm.arms:
+                backend.validate(make_arm(confirm.arms[arm].suggestion()))
     with backend_errors(backend_name, "validate the arms"):
         for suggestion in [
             {"method": space.control_method, "params": space.control_params},
@@ -285,7 +333,7 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
     plan = Plan(
         space,
         seeds,
-        settings.arms,
+        settings.arms if confirm is None else confirm.top,
         backend_name,
         backend,
         recipe,
@@ -307,6 +355,7 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
         sequential=sequential,
         dry_run=settings.dry_run,
         warnings=problems,
+        confirm=confirm,
     )
     plan = replace(plan, faults=_faults(settings.fault_injection, plan.possible_seeds, milestones))
     _check_storage(plan)
@@ -323,6 +372,46 @@ def plan_search(cfg: dict[str, Any]) -> Plan:
     if address is not None:
         check_ray_address(address)
     return plan
+
+
+def confirm_seeds(
+    value: Any, seeds: tuple[int, ...], sequential: SequentialRule | None, screen_seeds: tuple[int, ...]
+) -> tuple[int, ...]:
+    """A confirm search's seeds, disjoint from every seed the screen may have used: a count n means the n smallest
+    seeds >= 0 the screen did not use; a list (or seeds=auto's seeds 0..sequential.max-1) sharing a seed with the
+    screen's is refused."""
+    used = set(screen_seeds)
+    if isinstance(value, int) and sequential is None:
+        free = (s for s in range(len(used) + value) if s not in used)
+        return tuple(next(free) for _ in range(value))
+    possible = tuple(range(sequential.max)) if sequential is not None else seeds
+    if overlap := sorted(used & set(possible)):
+        given = f"seeds=auto (seeds 0..{sequential.max - 1})" if sequential is not None else f"seeds={list(seeds)}"
+        raise SearchError(
+            f"{given} shares seed(s) {overlap} with the screen's {sorted(used)}; a confirmation needs seeds disjoint "
+            "from the screen's: give a count (seeds=n takes the n smallest seeds the screen did not use) or other seeds"
+        )
+    return seeds
+
+
+def _confirm_plan(
+    given: str | None, top: int, screen: Screen | None, make_arm: ArmFactory, control: ArmSpec
+) -> ConfirmPlan | None:
+    """The screen's top `top` candidates as this recipe's arms; each must stay a distinct arm that is not the
+    control under this recipe."""
+    if screen is None or given is None:
+        return None
+    arms: dict[str, Candidate] = {}
+    for candidate in screen.candidates[:top]:
+        arm = make_arm(candidate.suggestion())
+        if arm.arm_id == control.arm_id or arm.arm_id in arms:
+            same = "the control" if arm.arm_id == control.arm_id else arms[arm.arm_id].label
+            raise SearchError(
+                f"confirm.screen={given}: the screen's arm {candidate.label} acts as {same} under this recipe; "
+                "nothing to confirm for it: give another confirm.top"
+            )
+        arms[arm.arm_id] = candidate
+    return ConfirmPlan(given, top, screen, arms)
 
 
 def _stored_store(stored: dict[str, Any]) -> str:
@@ -362,6 +451,12 @@ def dry_run_lines(plan: Plan) -> list[str]:
         f"resources per trial (asked of Ray Tune): {json.dumps(resources)}",
         f"backend {plan.backend_name}; output folder {plan.out}",
     ]
+    if plan.confirm is not None:
+        lines.append(
+            f"confirm of the screen {plan.confirm.screen.folder}: its top {plan.confirm.top} arms "
+            f"({', '.join(c.label for c in plan.confirm.arms.values())}) on seeds disjoint from its "
+            f"{list(plan.confirm.screen.possible_seeds)}"
+        )
     if hasattr(plan.backend, "trial_command"):
         seed = plan.seeds[0]
         folder = cell_dir(plan.out / CELLS, plan.control.arm_id, seed) / CHECKPOINT

@@ -261,30 +261,17 @@ def _open_writers(plan: Plan, benchmarks: list[BenchmarkInfo], attempt: int) -> 
 
 def _paired_searcher(plan: Plan, writers: Writers) -> tuple[Any, Path]:
     """`PairedRepeater` around Optuna's TPE on OUT/optuna.db. The study is a view of the searcher's events: a resume
-    moves the earlier one aside (returned: restored if the replay fails) and the replay writes it anew."""
-    import optuna
-    from ray.tune.search.optuna import OptunaSearch
-
+    moves the earlier one aside (returned: restored if the replay fails) and the replay writes it anew. A confirm
+    search (`plan.confirm`) searches nothing: `FixedArms` suggests the screen's top arms in order (no study)."""
     from tune_dfrl.tune.searcher import INNER_METRIC, PairedRepeater
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    sampler = optuna.samplers.TPESampler(
-        seed=plan.searcher.seed, n_startup_trials=plan.searcher.n_startup_trials, multivariate=True, group=True
-    )
     study, earlier_study = plan.out / OPTUNA_DB, plan.out / (OPTUNA_DB + ".before-resume")
-    if plan.resume and earlier_study.exists():  # a driver killed while replaying left the earlier study aside
-        study.unlink(missing_ok=True)
-    elif plan.resume and study.exists():
-        os.replace(study, earlier_study)
-    inner = OptunaSearch(
-        space=plan.space.sampler(),
-        metric=INNER_METRIC,
-        mode="max",
-        sampler=sampler,
-        storage=optuna.storages.RDBStorage(f"sqlite:///{study}"),
-        study_name=OPTUNA_STUDY,
-    )
+    if plan.confirm is not None:
+        from tune_dfrl.tune.fixed_arms import FixedArms
+
+        inner: Any = FixedArms(plan.confirm.suggestions(), metric=INNER_METRIC)
+    else:
+        inner = _optuna_search(plan, study, earlier_study, INNER_METRIC)
     searcher = PairedRepeater(
         inner,
         plan.make_arm,
@@ -300,6 +287,30 @@ def _paired_searcher(plan: Plan, writers: Writers) -> tuple[Any, Path]:
         on_control_equivalent=writers.on_control_equivalent,
     )
     return searcher, earlier_study
+
+
+def _optuna_search(plan: Plan, study: Path, earlier_study: Path, metric: str) -> Any:
+    """Optuna's TPE on `study` (a resume moves the earlier one aside to `earlier_study`)."""
+    import optuna
+    from ray.tune.search.optuna import OptunaSearch
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    sampler = optuna.samplers.TPESampler(
+        seed=plan.searcher.seed, n_startup_trials=plan.searcher.n_startup_trials, multivariate=True, group=True
+    )
+    if plan.resume and earlier_study.exists():  # a driver killed while replaying left the earlier study aside
+        study.unlink(missing_ok=True)
+    elif plan.resume and study.exists():
+        os.replace(study, earlier_study)
+    return OptunaSearch(
+        space=plan.space.sampler(),
+        metric=metric,
+        mode="max",
+        sampler=sampler,
+        storage=optuna.storages.RDBStorage(f"sqlite:///{study}"),
+        study_name=OPTUNA_STUDY,
+    )
 
 
 def _paired_scheduler(plan: Plan, writers: Writers) -> Any:

@@ -17,6 +17,7 @@
     mlflow.db, mlartifacts/   the default MLflow store and its artifacts
     report/             report.md, report.html, figures, summary.json
     summary.json        the report's summary
+    confirm.json        a confirm search (`confirm.screen=DIR`): both stages side by side (report/confirm.md too)
     rerender/           `python -m tune_dfrl.report runs=OUT` (the search's own report stays in report/)
 
 No file in OUT names OUT by an absolute path (the MLflow store's artifact locations are re-pointed when the folder
@@ -43,4 +44,5 @@ MLFLOW_DB = "mlflow.db"
 ARTIFACTS = "mlartifacts"
 REPORT = "report"
 SUMMARY = "summary.json"
+CONFIRM = "confirm.json"
 RERENDER = "rerender"

@@ -463,6 +463,14 @@ class SearchTracker(Callback):
         )
         self.close("FINISHED")
 
+    def tag_runs(self, search: Mapping[str, str], arms: Mapping[str, Mapping[str, str]]) -> None:
+        """More tags on the search run (`search`) and on arm runs by arm id (`arms`): a confirm search names its
+        screen's folder and experiment there, and each confirmed arm's screen arm id and screen Δ."""
+        self.client.log_batch(self.search_run_id, tags=[RunTag(k, str(v)[:MAX_PARAM_CHARS]) for k, v in search.items()])
+        for arm_id, tags in arms.items():
+            if (run_id := self.arm_runs.get(arm_id)) is not None:
+                self.client.log_batch(run_id, tags=[RunTag(k, str(v)[:MAX_PARAM_CHARS]) for k, v in tags.items()])
+
     def _unlogged(self, run_id: str, metrics: list[Metric]) -> list[Metric]:
         """The `metrics` whose (step, value) the run does not hold yet: a finish that runs again (a resume of a
         finished search) logs nothing twice, and only what its analysis changed."""
