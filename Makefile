@@ -1,6 +1,8 @@
-# Two commands a new user needs (Python 3.11, no GPU):
+# Two commands a new user needs (Python 3.11, no GPU), and the quick loop while editing:
 #   make demo   set up .venv and run the main job (a difffilter_band search on the embedded CPU backend)
 #   make test   set up .venv, lint and format-check (ruff), run the test suite (three test modules at a time)
+#   make check  lint and format-check, then every test that starts no Ray cluster, verl or search (those marked
+#               `integration` are left out): two workers, about two minutes on two idle cores; make test is what CI runs
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -8,7 +10,7 @@ STAMP  := $(VENV)/.installed
 SPACE  ?= difffilter_band
 ARGS   ?=
 
-.PHONY: setup demo test
+.PHONY: setup demo test check
 setup: $(STAMP)
 
 # torch==2.13.0 goes in first: resolved as a dependency of verl it would pull a multi-GB CUDA build.
@@ -28,3 +30,9 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder $(ARGS)
+
+# The tests marked `integration` (pyproject.toml's markers) are left out; two workers, a module's tests on one.
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest -m "not integration" -n 2 --dist loadfile $(ARGS)

@@ -286,12 +286,11 @@ def resume_search(command: list[str], root: Path, env: dict[str, str], ray_tmp: 
 # `python -c TWO_NODES TEMP_DIR`: a Ray cluster of two nodes on this machine, a head and a worker node of 1 CPU each
 # (`ray.cluster_utils.Cluster`: `ray start` refuses a second node in Ray's local-only mode), with the local-only mode
 # and the token authentication of its environment; prints one JSON line (the address; each node's id and raylet
-# pid, the head's GCS pid), then holds the cluster until it is stopped. On SIGUSR1 it adds another worker node like
-# the first and prints `{"worker": {...}}` for it (a test that killed the worker node gets a new one). Ray's address
-# file of the machine goes in TEMP_DIR/ray too. The GCS checks each node every second and marks it dead after 3
-# failed checks (Ray's defaults: every 3 s, 5 failures), so a killed node is lost in seconds; a check of a slow but
-# live node fails only after Ray's default 10 s without an answer.
-TWO_NODES = """import json, os, signal, sys, time
+# pid, the head's GCS pid), then holds the cluster until it is stopped. Ray's address file of the machine goes in
+# TEMP_DIR/ray too. The GCS checks each node every second and marks it dead after 3 failed checks (Ray's defaults:
+# every 3 s, 5 failures), so a killed node is lost in seconds; a check of a slow but live node fails only after Ray's
+# default 10 s without an answer.
+TWO_NODES = """import json, os, sys, time
 os.environ["RAY_TMPDIR"] = sys.argv[1]
 os.makedirs(os.path.join(sys.argv[1], "ray"), exist_ok=True)
 from ray._private import ray_constants
@@ -307,13 +306,6 @@ gcs = cluster.head_node.all_processes[ray_constants.PROCESS_TYPE_GCS_SERVER][0].
 head = {**described(cluster.head_node), "gcs": gcs}
 print(json.dumps({"address": cluster.address, "head": head, "worker": described(worker)}))
 sys.stdout.flush()
-def add_worker(signum, frame):
-    for dead in [n for n in cluster.worker_nodes if n.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.poll() is not None]:
-        cluster.remove_node(dead, allow_graceful=False)
-    node = cluster.add_node(**nodes)
-    print(json.dumps({"worker": described(node)}))
-    sys.stdout.flush()
-signal.signal(signal.SIGUSR1, add_worker)
 while True:
     time.sleep(3600)
 """

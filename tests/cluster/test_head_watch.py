@@ -36,17 +36,36 @@ def test_a_listening_port_answers_and_a_closed_one_does_not() -> None:
     assert not gcs_answers(address)
 
 
+# How long a test waits for the watch's thread to do what it must: far longer than it takes even on a loaded machine
+# (the waits end as soon as it is done). The watch probes every 0.02 s.
+DEADLINE_S = 60.0
+
+
 def test_a_closed_gcs_is_raised_in_the_driver_and_nothing_forces_the_end() -> None:
+    """The driver stops the watch within its grace period (60 s here, so that a slow machine cannot make it late):
+    the watch's thread ends without forcing the end."""
     server = socket.create_server(("127.0.0.1", 0))
     address = f"127.0.0.1:{server.getsockname()[1]}"
     forced: list[str] = []
+    probed: list[bool] = []
+
+    def probe(address: str) -> bool:
+        probed.append(gcs_answers(address))
+        return probed[-1]
+
     watch = ClusterWatch(
-        address, "run the same command with resume=true out=OUT", every_s=0.02, grace_s=0.3, on_timeout=forced.append
+        address,
+        "run the same command with resume=true out=OUT",
+        every_s=0.02,
+        grace_s=DEADLINE_S,
+        probe=probe,
+        on_timeout=forced.append,
     ).start()
-    time.sleep(0.2)
+    wait_for(lambda: len(probed) >= 3, DEADLINE_S, "three probes of the listening head", poll_s=0.01)
     watch.check()  # the head answers: nothing to raise
+    assert all(probed[:3]) and watch.lost is None
     server.close()
-    wait_for(lambda: watch.lost is not None, 5, "the watch to find the head lost", poll_s=0.01)
+    wait_for(lambda: watch.lost is not None, DEADLINE_S, "the watch to find the head lost", poll_s=0.01)
     with pytest.raises(ClusterLost) as raised:
         watch.check()
     assert str(raised.value) == (
@@ -54,8 +73,8 @@ def test_a_closed_gcs_is_raised_in_the_driver_and_nothing_forces_the_end() -> No
     )
     assert raised.value.hint == "run the same command with resume=true out=OUT"
     watch.stop()  # the driver shut its Ray down in time
-    time.sleep(0.5)
-    assert forced == []
+    watch._thread.join(DEADLINE_S)
+    assert not watch._thread.is_alive() and forced == []
 
 
 def test_a_driver_that_does_not_stop_in_time_is_ended_with_the_error_line() -> None:
@@ -68,7 +87,7 @@ def test_a_driver_that_does_not_stop_in_time_is_ended_with_the_error_line() -> N
 
     hint = "start the cluster again, then run the same command with resume=true out=OUT"
     ClusterWatch("127.0.0.1:9", hint, every_s=0.02, grace_s=0.1, probe=lambda address: False, on_timeout=end).start()
-    assert ended.wait(5)
+    assert ended.wait(DEADLINE_S)
     assert lines == [
         "error: lost the Ray cluster: its head (GCS at 127.0.0.1:9) refused 3 connections over 0.06 s; nothing "
         "recorded is lost; to continue, start the cluster again, then run the same command with resume=true out=OUT"
@@ -78,9 +97,10 @@ def test_a_driver_that_does_not_stop_in_time_is_ended_with_the_error_line() -> N
 def test_a_stopped_watch_probes_no_more() -> None:
     probed: list[str] = []
     watch = ClusterWatch("127.0.0.1:9", "", every_s=0.02, probe=lambda address: probed.append(address) or True).start()
-    wait_for(lambda: len(probed) >= 2, 5, "two probes", poll_s=0.01)
+    wait_for(lambda: len(probed) >= 2, DEADLINE_S, "two probes", poll_s=0.01)
     watch.stop()
-    time.sleep(0.1)
+    watch._thread.join(DEADLINE_S)  # a probe under way when it was stopped may still finish
     count = len(probed)
+    assert not watch._thread.is_alive()
     time.sleep(0.2)
     assert len(probed) == count and watch.lost is None

@@ -141,12 +141,14 @@ def regular_files(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*") if not p.is_symlink() and p.is_file()]
 
 
+@pytest.mark.integration
 def test_every_listening_socket_of_the_search_is_on_loopback(observed: Observed) -> None:
     names = {name for name, _, _ in observed.listeners}
     assert {"gcs_server", "raylet"} <= names and any(name.startswith("ray::") for name in names), names
     assert {(name, ip, port) for name, ip, port in observed.listeners if ip not in LOOPBACK} == set()
 
 
+@pytest.mark.integration
 def test_the_private_cluster_runs_no_autoscaler_log_monitor_or_api_server(observed: Observed) -> None:
     """One node never scales, the search does not print its workers' output, and without a dashboard Ray's API server
     would serve usage statistics only, which are off (`services.start_node`). (Ray's dashboard agent runs: the
@@ -155,16 +157,19 @@ def test_the_private_cluster_runs_no_autoscaler_log_monitor_or_api_server(observ
     assert "ray::DashboardAgent" in started and not {"monitor.py", "log_monitor.py", "dashboard.py"} & started, started
 
 
+@pytest.mark.integration
 def test_the_private_cluster_starts_a_worker_process_only_for_work(observed: Observed) -> None:
     """Ray starts no idle workers ahead of demand there (`services.NO_WORKER_PRESTART`): each trial is an actor with a
     process of its own, so prestarted workers would only take CPU and memory while the search starts."""
     assert observed.workers and all(observed.workers.values()), observed.workers
 
 
+@pytest.mark.integration
 def test_a_ray_client_without_the_clusters_token_is_refused(observed: Observed) -> None:
     assert observed.clients == {"none": "refused", "another token": "refused", "the token": "accepted"}
 
 
+@pytest.mark.integration
 def test_the_token_is_in_no_file_and_no_token_file_is_written(observed: Observed) -> None:
     assert len(observed.token) == 64 and not (observed.home / ".ray").exists()
     files = regular_files(observed.root)  # the output folder, the search's log
@@ -174,6 +179,7 @@ def test_the_token_is_in_no_file_and_no_token_file_is_written(observed: Observed
     assert [name for name, holds in observed.ray_files.items() if holds] == []
 
 
+@pytest.mark.integration
 def test_nothing_the_search_wrote_is_world_writable(observed: Observed) -> None:
     written = [observed.out, *observed.out.rglob("*")]
     assert [p for p in written if not p.is_symlink() and p.stat().st_mode & stat.S_IWOTH] == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -27,6 +28,26 @@ def canonical_z(fractions: np.ndarray, n: int, rng: np.random.Generator) -> np.n
     return np.cumsum(rng.normal(size=(n, fractions.size)) * np.sqrt(increments), axis=1) / np.sqrt(fractions)
 
 
+def obrien_fleming_spent(t: float, alpha: float) -> float:
+    """Lan-DeMets O'Brien-Fleming-type spending, written out here (the standard normal of the standard library, not
+    the module's scipy calls): alpha(t) = 2 - 2 Phi(z_{1-alpha/2} / sqrt(t))."""
+    normal = NormalDist()
+    return 2.0 - 2.0 * normal.cdf(normal.inv_cdf(1.0 - alpha / 2.0) / math.sqrt(t))
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.05 / 12, 0.01])
+def test_the_spending_function_is_lan_demets_obrien_fleming(alpha):
+    for t in (0.05, 0.1, 0.25, 1 / 3, 0.5, 0.75, 0.9, 1.0):
+        assert spent(t, alpha) == pytest.approx(obrien_fleming_spent(t, alpha), rel=1e-9, abs=1e-15), t
+    assert spent(1.0, alpha) == pytest.approx(alpha, rel=1e-12)  # the whole level by the last look
+
+
+def test_the_spending_function_at_tabulated_points():
+    """The cumulative alpha of Lan-DeMets O'Brien-Fleming spending at four equally spaced looks, alpha = 0.05, as
+    group-sequential tables give it to four decimals: 0.0001, 0.0056, 0.0236, 0.0500."""
+    assert [spent(t, 0.05) for t in (0.25, 0.5, 0.75, 1.0)] == pytest.approx([0.0001, 0.0056, 0.0236, 0.05], abs=5e-5)
+
+
 def test_one_look_is_the_fixed_two_sided_test():
     assert boundaries((1.0,), 0.05) == pytest.approx((stats.norm.isf(0.025),), abs=1e-9)
 
@@ -35,10 +56,12 @@ def test_one_look_is_the_fixed_two_sided_test():
 def test_boundaries_spend_alpha_look_by_look(alpha):
     fractions = np.array([0.25, 0.5, 0.75, 1.0])
     c = np.array(boundaries(tuple(fractions), alpha))
+    # the first look spends alpha(t_1) alone: |Z_1| >= c_1 with c_1 = z_{1-alpha/2} / sqrt(t_1) exactly
+    assert c[0] == pytest.approx(NormalDist().inv_cdf(1.0 - alpha / 2.0) / math.sqrt(fractions[0]), rel=1e-6)
     z = canonical_z(fractions, 400_000, np.random.default_rng(0))
     crossed = np.abs(z) >= c
     first = crossed & (np.cumsum(crossed, axis=1) == 1)
-    expected = np.diff([0.0] + [spent(f, alpha) for f in fractions])
+    expected = np.diff([0.0] + [obrien_fleming_spent(f, alpha) for f in fractions])
     for k in range(4):
         se = math.sqrt(max(expected[k], 1e-7) / 400_000)
         assert first[:, k].mean() == pytest.approx(expected[k], abs=4 * se + 2e-6), k

@@ -180,14 +180,37 @@ def test_existing_is_weights_are_multiplied_not_replaced():
     assert torch.equal(base.token_weights, is_w)
 
 
+def kept_by_group(batch: RolloutBatch, weights: torch.Tensor) -> dict[int, list[tuple[float, float]]]:
+    """Per group (by its id): the (reward, weight) of each response kept, sorted."""
+    kept: dict[int, list[tuple[float, float]]] = {}
+    for group, reward, weight in zip(batch.group.tolist(), batch.reward.tolist(), weights.tolist(), strict=True):
+        kept.setdefault(group, [])
+        if weight > 0:
+            kept[group].append((reward, weight))
+    return {group: sorted(responses) for group, responses in kept.items()}
+
+
 def test_selection_is_deterministic_and_group_order_free():
-    b = random_batch(prompts=40, n=8, max_len=5, seed=11)
-    perm = torch.randperm(b.num_responses, generator=torch.Generator().manual_seed(0))
-    shuffled = type(b)(
-        b.group[perm], b.domain[perm], b.reward[perm], b.advantages[perm], b.response_mask[perm], b.old_log_probs[perm]
-    )
-    for method, params in [("difffilter", {}), ("maxvar", {"f": 0.75}), ("gfpo", {"k": 3})]:
-        w1 = make_policy(method, params, rollout_n=8).apply(b).token_weights[:, 0]
-        assert torch.equal(w1, make_policy(method, params, rollout_n=8).apply(b).token_weights[:, 0])
-        w2 = make_policy(method, params, rollout_n=8).apply(shuffled).token_weights[:, 0]
-        assert w2.sum() == w1.sum()  # same number kept per group whatever the row order
+    """The rows of a batch permuted (each response keeps its group id): the same responses are kept, row for row
+    through the permutation, where no two responses of a group tie on the selector's score (continuous rewards). With
+    binary rewards, ties are broken by index (the row order), so of tied responses other rows may be kept: each group
+    still keeps as many responses, with the same rewards and weights."""
+    perm = torch.randperm(40 * 8, generator=torch.Generator().manual_seed(0))
+    for binary in (True, False):
+        b = random_batch(prompts=40, n=8, max_len=5, seed=11, binary=binary)
+        shuffled = type(b)(
+            b.group[perm],
+            b.domain[perm],
+            b.reward[perm],
+            b.advantages[perm],
+            b.response_mask[perm],
+            b.old_log_probs[perm],
+        )
+        for method, params in [("difffilter", {}), ("maxvar", {"f": 0.75}), ("gfpo", {"k": 3})]:
+            w1 = make_policy(method, params, rollout_n=8).apply(b).token_weights[:, 0]
+            assert torch.equal(w1, make_policy(method, params, rollout_n=8).apply(b).token_weights[:, 0])
+            w2 = make_policy(method, params, rollout_n=8).apply(shuffled).token_weights[:, 0]
+            assert kept_by_group(shuffled, w2) == kept_by_group(b, w1), (method, binary)
+            assert w2.sum() == w1.sum()  # same number kept per group whatever the row order
+            if not binary or method == "difffilter":  # no ties (difffilter decides whole groups)
+                assert torch.equal(w2, w1[perm]), (method, binary)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hydra import compose, initialize
+from hydra import compose, initialize_config_module
 from mlflow_helpers import SearchStore
 from repo_files import DATAFLEX_CSV
 from scipy import stats
@@ -488,7 +488,7 @@ def test_milestones_give_learning_curves_and_efficiency(tmp_path):
 
 def report_config(overrides: list[str]):
     register_settings()  # the typed defaults conf/report.yaml selects
-    with initialize(version_base="1.3", config_path="../tune_dfrl/conf"):
+    with initialize_config_module(config_module="tune_dfrl.conf", version_base="1.3"):
         return compose("report", overrides=overrides)
 
 

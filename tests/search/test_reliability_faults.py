@@ -20,6 +20,8 @@ from search_helpers import search_cfg
 from tune_dfrl.search.cli import plan_search, run_search
 from tune_dfrl.tune.trial import cell_dir
 
+pytestmark = pytest.mark.integration  # a search on the session's Ray cluster
+
 FAULTS = "fault_injection=[{arm: searched, seed: 1, step: 2}, {arm: control, seed: 0, step: 4, times: 1}]"
 
 

@@ -19,8 +19,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from mlflow import MlflowClient
 from reliability_helpers import interrupt, records, short_tmp, start, synthetic_search_command, wait_for
+
+pytestmark = pytest.mark.integration  # searches: the synthetic CLI in subprocesses
 
 RUN_TIMEOUT_S = 400  # a search of this size ends in about a minute on 2 loaded cores
 EXIT_S = 20.0  # an interrupted search must be gone within this

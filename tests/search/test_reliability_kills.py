@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from reliability_helpers import records, short_tmp, start, stop, synthetic_search_command, wait_for
 
+pytestmark = pytest.mark.integration  # searches: the synthetic CLI in subprocesses, killed and resumed
+
 ARGS = ("arms=2", "+backend.sleep_s=0.2", "control_cache=null")
 KILL_AT = (2, 7)  # results lines (of 12) before each kill
 JITTER_S = 1.5

@@ -37,6 +37,8 @@ from reliability_helpers import (
 
 from tune_dfrl.tune.trial_watch import STALL_S
 
+pytestmark = pytest.mark.integration  # searches in subprocesses
+
 RUN_TIMEOUT_S = 400
 EXIT_S = 20.0  # `make test` runs three test modules at a time on 2 cores
 REFUSED = "Could not re-use actor for trial"

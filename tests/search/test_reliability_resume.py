@@ -28,7 +28,10 @@ from tune_dfrl.state.resume import STATE_LOG
 from tune_dfrl.tune.searcher import ReplayError
 from tune_dfrl.tune.trial import cell_dir
 
+pytestmark = pytest.mark.integration  # searches in subprocesses and on the session's Ray cluster
+
 SEARCH = ("space=difffilter_band", "seeds=2", "arms=2", *TINY)
+EXPERIMENT = "tune_dfrl/out"  # named after the folder the search started in (out=ROOT/out), which it keeps when moved
 Cell = tuple[str, int]
 
 
@@ -92,8 +95,25 @@ def resumed(tmp_path_factory: pytest.TempPathFactory) -> Resumed:
     assert driver.returncode == -signal.SIGKILL, (root / "interrupted.log").read_text()[-3000:]
     before = interrupted_state(out)
 
+    moved = root / "moved"  # the interrupted folder is moved before the resume: it continues in its new place
+    out.rename(moved)
+    command = search_command(*SEARCH, f"out={moved}", f"control_cache={cache}", "ray.num_cpus=2")
     resume_search(command, root, env, ray_tmp, 900)
-    return Resumed(root, out, cache, before)
+    assert not out.exists(), "the resumed search wrote to the folder's old place"
+    return Resumed(root, moved, cache, before)
+
+
+def test_the_moved_folder_keeps_its_mlflow_artifacts_in_its_new_place(resumed: Resumed) -> None:
+    """Every artifact location of the folder's own store names the folder where it is now."""
+    client = MlflowClient(f"sqlite:///{resumed.out / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    runs = client.search_runs([experiment.experiment_id], max_results=200)
+    locations = [experiment.artifact_location, *(r.info.artifact_uri for r in runs)]
+    assert len(runs) > 3 and all(
+        u.startswith((resumed.out / "mlartifacts").as_uri() + "/") or u == (resumed.out / "mlartifacts").as_uri()
+        for u in locations
+    ), locations
+    assert (resumed.out / "mlartifacts").is_dir() and any((resumed.out / "mlartifacts").rglob("report.html"))
 
 
 def test_the_kill_landed_mid_search(resumed: Resumed) -> None:
@@ -145,7 +165,7 @@ def test_the_final_report_is_complete(resumed: Resumed) -> None:
     assert summary["control"] == "baseline" and set(summary["arms"]) | set(summary["stopped"]) | {"baseline"} == labels
     assert summary["recommendation"]["recommended"]
     client = MlflowClient(f"sqlite:///{resumed.out / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name(f"tune_dfrl/{resumed.out.name}")
+    experiment = client.get_experiment_by_name(EXPERIMENT)
     runs = client.search_runs([experiment.experiment_id], max_results=100)
     roles = Counter(r.data.tags["tune_dfrl.role"] for r in runs)
     assert roles == {"search": 1, "arm": 3, "seed": 6}  # runs reopened, not duplicated

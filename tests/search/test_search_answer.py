@@ -14,7 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from hydra import compose, initialize
+from hydra import compose, initialize_config_module
 from search_folder import BETTER, CLOSE, CONTROL, EQUIVALENT, FAILED, STOPPED, answer, build_search
 
 from tune_dfrl.config.settings import register_settings
@@ -55,7 +55,7 @@ def analysed_without(searched: Path, folder: Path, *arms: dict) -> Summary:
 
 def report_config(overrides: list[str]):
     register_settings()
-    with initialize(version_base="1.3", config_path="../tune_dfrl/conf"):
+    with initialize_config_module(config_module="tune_dfrl.conf", version_base="1.3"):
         return compose("report", overrides=overrides)
 
 
@@ -92,14 +92,19 @@ def _search_run(searched: SimpleNamespace) -> str:
     return runs[0].info.run_id
 
 
-def test_a_rerender_with_other_options_is_labelled_and_leaves_the_searchs_report(fixed: SimpleNamespace) -> None:
-    own = {p.name: p.read_bytes() for p in (fixed.out / "report").iterdir()}
-    report_from_config(report_config([f"runs={fixed.out}", "delta=0.5"]), frozenset({"runs", "delta"}))
-    again = summary_of(fixed.out / "rerender")
+def test_a_rerender_with_other_options_is_labelled_and_leaves_the_searchs_report(
+    fixed: SimpleNamespace, tmp_path: Path
+) -> None:
+    # on a copy of the search: the module's search stays as build_search wrote it, for the tests that read it
+    searched = Path(shutil.copytree(fixed.out, tmp_path / fixed.out.name))
+    own = {p.name: p.read_bytes() for p in (searched / "report").iterdir()}
+    report_from_config(report_config([f"runs={searched}", "delta=0.5"]), frozenset({"runs", "delta"}))
+    again = summary_of(searched / "rerender")
     assert again["equivalence_margin"] == 0.5 and "delta=0.5 (the search: 1.0)" in again["rerender"]
-    assert "delta=0.5 (the search: 1.0)" in (fixed.out / "rerender" / "report.md").read_text()
-    assert {p.name: p.read_bytes() for p in (fixed.out / "report").iterdir()} == own
-    assert summary_of(fixed.out)["rerender"] == ""
+    assert "delta=0.5 (the search: 1.0)" in (searched / "rerender" / "report.md").read_text()
+    assert {p.name: p.read_bytes() for p in (searched / "report").iterdir()} == own
+    assert summary_of(searched)["rerender"] == ""
+    assert not (fixed.out / "rerender").exists()
 
 
 def test_a_fully_failed_arm_counts_in_the_holm_family_and_is_named(fixed: SimpleNamespace) -> None:

@@ -46,6 +46,7 @@ def searched(ray_session, cache: str, tmp_path_factory: pytest.TempPathFactory) 
     return out
 
 
+@pytest.mark.integration
 def test_control_and_arms_ran_on_identical_seed_lists_with_one_thread_each(searched: Path) -> None:
     written = records(searched / "results.jsonl")
     seeds: dict[str, set[int]] = {}
@@ -56,6 +57,7 @@ def test_control_and_arms_ran_on_identical_seed_lists_with_one_thread_each(searc
     assert set(written[0]["accuracy"]) == set(EVALUATED)
 
 
+@pytest.mark.integration
 def test_duplicate_canonical_arms_ran_once(searched: Path) -> None:
     trial_dirs = [p.name for p in (searched / "ray" / "tune").iterdir() if p.is_dir() and "-seed" in p.name]
     cells = Counter(name.rsplit("-", 1)[0] for name in trial_dirs)  # <arm_id>-seed<k>
@@ -64,6 +66,7 @@ def test_duplicate_canonical_arms_ran_once(searched: Path) -> None:
     assert len(study.trials) >= len({r["arm_id"] for r in records(searched / "results.jsonl")}) - 1
 
 
+@pytest.mark.integration
 def test_paired_scheduler_stopped_whole_arms_and_optuna_got_paired_deltas(searched: Path) -> None:
     written = records(searched / "results.jsonl")
     last: dict[str, dict[int, int]] = {}
@@ -101,6 +104,7 @@ def test_paired_scheduler_stopped_whole_arms_and_optuna_got_paired_deltas(search
     assert set(summary["stopped"]) == {r["label"] for r in written if r["arm_id"] in stopped}
 
 
+@pytest.mark.integration
 def test_mlflow_and_report(searched: Path) -> None:
     summary = json.loads((searched / "summary.json").read_text())
     assert summary["seeds"] == [0, 1, 2] and summary["primary"] == "db" and summary["recommendation"]["recommended"]

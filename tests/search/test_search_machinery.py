@@ -45,6 +45,7 @@ def searched(ray_session, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.integration
 def test_control_and_arms_ran_on_identical_seed_lists(searched: Path) -> None:
     seeds: dict[str, set[int]] = {}
     for r in records(searched / "results.jsonl"):
@@ -53,6 +54,7 @@ def test_control_and_arms_ran_on_identical_seed_lists(searched: Path) -> None:
     assert all(s == {2, 5, 9} for s in seeds.values())
 
 
+@pytest.mark.integration
 def test_scheduler_stops_whole_arms_never_single_seeds(searched: Path) -> None:
     last: dict[str, dict[int, int]] = {}
     for r in records(searched / "results.jsonl"):
@@ -66,6 +68,7 @@ def test_scheduler_stops_whole_arms_never_single_seeds(searched: Path) -> None:
     assert set(summary["arms"]) == {"maxvar"} and summary["control"] == "baseline"
 
 
+@pytest.mark.integration
 def test_optuna_received_paired_deltas_or_pruned_states(searched: Path) -> None:
     study = optuna.load_study(study_name=OPTUNA_STUDY, storage=f"sqlite:///{searched / 'optuna.db'}")
     rows = {}
@@ -87,6 +90,7 @@ def test_optuna_received_paired_deltas_or_pruned_states(searched: Path) -> None:
             assert trial.intermediate_values == {10: pytest.approx(rung)}
 
 
+@pytest.mark.integration
 def test_mlflow_holds_parents_children_and_summary_metrics(searched: Path) -> None:
     client = MlflowClient(f"sqlite:///{searched / 'mlflow.db'}")
     experiment = client.get_experiment_by_name(f"tune_dfrl/{searched.name}")

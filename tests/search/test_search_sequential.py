@@ -26,6 +26,8 @@ from search_helpers import search_cfg
 from tune_dfrl.search.cli import OPTUNA_STUDY, plan_search, run_search
 from tune_dfrl.tune.trial import cell_dir
 
+pytestmark = pytest.mark.integration  # searches on the session's Ray cluster and in a subprocess
+
 SEQUENTIAL = (
     "seeds=auto",
     "sequential.start=2",

@@ -112,10 +112,12 @@ def test_every_arm_run_carries_its_final_figures_and_status(searched: SimpleName
         )
         assert data.metrics["ci_level_db"] == pytest.approx(figures.level)
         assert data.metrics["seeds"] == figures.n == len(SEEDS)
-        level = f"{figures.level:.2%}"
+        level = f"Holm {figures.level:.2%}"
         assert (
-            data.tags["paired_db"] == f"{figures.delta:+.2f} [{figures.ci_low:+.2f}, {figures.ci_high:+.2f}] at {level}"
+            data.tags["paired_db"] == f"{figures.delta:+.2f} [{figures.ci_low:+.2f}, {figures.ci_high:+.2f}] ({level})"
         )
+        assert data.tags["interval"] == level and data.metrics["at_step"] == 30
+        assert data.metrics["control_mean_db"] == pytest.approx(figures.control_mean)
         assert steps(client, parents[arm["arm_id"]], "paired_delta_db") == [30]
     assert parents["a1"].data.tags["verdict"] == "better"
 
@@ -126,7 +128,10 @@ def test_every_arm_run_carries_its_final_figures_and_status(searched: SimpleName
     assert stopped.metrics["paired_delta_db"] == pytest.approx(deltas.mean())
     assert (stopped.metrics["ci_low_db"], stopped.metrics["ci_high_db"]) == pytest.approx((low, high))
     assert stopped.metrics["ci_level_db"] == pytest.approx(0.95) and stopped.metrics["seeds"] == len(SEEDS)
-    assert stopped.tags["paired_db"] == f"{deltas.mean():+.2f} [{low:+.2f}, {high:+.2f}] at 95.00%"
+    assert stopped.tags["paired_db"] == f"{deltas.mean():+.2f} [{low:+.2f}, {high:+.2f}] (unadjusted 95% at step 20)"
+    assert stopped.tags["interval"] == "unadjusted 95% at step 20" and stopped.metrics["at_step"] == 20
+    assert stopped.metrics["control_mean_db"] == pytest.approx(np.mean([score(CONTROL, s, 20) for s in SEEDS]))
+    assert stopped.tags["reason"].startswith("stopped at step 20: ") and "credibl" not in stopped.tags["reason"]
     assert stopped.metrics["mean_db"] == pytest.approx(np.mean([score(STOPPED, s, 20) for s in SEEDS]))
     assert steps(client, parents["a3"], "paired_delta_db") == [20]
 
@@ -150,11 +155,13 @@ def test_arm_runs_carry_step_series_over_the_milestones_each_reached(searched: S
     assert not client.get_metric_history(parents["c0"].info.run_id, "curve/delta_db")
     for arm, reached in ((BETTER, STEPS), (CLOSE, STEPS), (STOPPED, (10, 20))):
         run_id = parents[arm["arm_id"]].info.run_id
-        series = {key: client.get_metric_history(run_id, f"curve/{key}_db") for key in ("delta", "ci_low", "ci_high")}
+        series = {
+            key: client.get_metric_history(run_id, f"curve/{key}_db") for key in ("delta", "ci95_low", "ci95_high")
+        }
         for key, history in series.items():
             assert [m.step for m in history] == list(reached), (arm, key)
         expected = [paired(arm, step) for step in reached]
-        got = [tuple(series[k][i].value for k in ("delta", "ci_low", "ci_high")) for i in range(len(reached))]
+        got = [tuple(series[k][i].value for k in ("delta", "ci95_low", "ci95_high")) for i in range(len(reached))]
         assert np.array(got) == pytest.approx(np.array(expected))
         means = client.get_metric_history(run_id, "curve/mean_db")
         assert [m.value for m in means] == pytest.approx([np.mean([score(arm, s, t) for s in SEEDS]) for t in reached])
@@ -186,6 +193,7 @@ def test_the_search_run_carries_its_record_report_and_verdict_table(searched: Si
     assert json.loads(search.data.tags["recommendation"])["recommended"] == searched.summary.recommendation.recommended
 
 
+@pytest.mark.integration
 def test_the_screenshot_tool_serves_the_store_with_the_arms_view_and_stops_its_server(
     searched: SimpleNamespace,
 ) -> None:

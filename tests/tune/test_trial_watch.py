@@ -4,12 +4,12 @@ while no trial is live ends with SearchStalled after `stall_s`, and a signal end
 
 from __future__ import annotations
 
-import time
 from types import SimpleNamespace
 
 import pytest
 from ray.tune.experiment import Trial
 
+from tune_dfrl.tune import trial_watch
 from tune_dfrl.tune.trial_watch import SearchStalled, TrialWatch
 
 
@@ -81,15 +81,21 @@ def test_each_cell_has_its_own_retries() -> None:
     assert searcher.calls == [("retry", "t0"), ("retry", "t1")]
 
 
-def test_waiting_with_no_live_trial_ends_the_search_after_stall_s() -> None:
+def test_waiting_with_no_live_trial_ends_the_search_after_stall_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch's clock is the test's (`time.monotonic` as trial_watch reads it), so a slow machine cannot stretch the
+    time between two calls past `stall_s`."""
+    now = [100.0]
+    monkeypatch.setattr(trial_watch, "time", SimpleNamespace(monotonic=lambda: now[0]))
     w, searcher, _, _ = watch(max_retries=0, stall_s=0.2)
     searcher.open = [("a1", 3)]
     w.on_step_begin(0, [trial("t0", Trial.RUNNING)])
-    time.sleep(0.3)
+    now[0] += 0.3
     w.while_waiting()  # a trial was live when the step began: a normal wait
     w.on_step_begin(1, [trial("t0", Trial.TERMINATED)])
     w.while_waiting()
-    time.sleep(0.3)
+    now[0] += 0.15
+    w.while_waiting()  # idle for less than stall_s
+    now[0] += 0.15
     with pytest.raises(SearchStalled, match=r"no trial has run for 0.2 s .* \(cells it still waits for: a1 seed 3\)"):
         w.while_waiting()
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from tune_dfrl.backends.base import SCORE
 from tune_dfrl.errors import FolderInUse, SearchError, StateFormatError
 from tune_dfrl.state.folder import CONFIRM, MLFLOW_DB, PLAN, REPORT, RESULTS, SUMMARY
 from tune_dfrl.state.records import read_records
@@ -224,7 +225,7 @@ def write_confirm(out: Path, seconds: dict[str, float | None] | None = None) -> 
             seed,
             screen_label=screen_dir.name,
             target_label=out.name,
-            aggregation=metric.removeprefix("score/"),
+            aggregation=metric.removeprefix(SCORE),
         )
         source = f"screen {screen_dir} -> confirm {out}"
         notes = [
@@ -311,7 +312,7 @@ def _cost(folder: Path, plan: dict[str, Any], seconds: float | None) -> dict[str
 
 def _seed_deltas(folder: Path, plan: dict[str, Any], labels: dict[str, str], control: str) -> dict[str, np.ndarray]:
     """{label: paired Δ at each of the control's seeds, NaN where the arm has none} at the stage's final step."""
-    final, metric = max(plan["milestones"]), plan["metric"].removeprefix("score/")
+    final, metric = max(plan["milestones"]), plan["metric"].removeprefix(SCORE)
     score: dict[tuple[str, int], float] = {}
     for r in read_records(folder / RESULTS):
         if int(r["step"]) == final and metric in r["aggregates"]:
@@ -351,7 +352,7 @@ def _markdown(record: dict[str, Any], transfer_text: str) -> str:
         stage: sorted({f"{a[stage]['level']:.1%}" for a in record["arms"] if a[stage]["level"]})
         for stage in ("screen", "confirm")
     }
-    metric = record["metric"].removeprefix("score/")
+    metric = record["metric"].removeprefix(SCORE)
     lines = [
         "# Screen cheap, confirm on the target",
         "",

@@ -200,6 +200,7 @@ def test_truncation_and_request_seeds():
             group_index(request_id)
 
 
+@pytest.mark.integration
 def test_the_rollout_server_routes_its_clients_requests_to_itself(exported, ray_session):
     """For rollout hf_cpu with one server, verl's `LLMServerManager` hands its clients the server's handle instead of
     starting verl's router (patches.route_through_the_server); verl's `LLMServerClient` then acquires that server,

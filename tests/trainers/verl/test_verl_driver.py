@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from reliability_helpers import LOOPBACK, alive, listening, ray_programs, session_members, short_tmp, wait_for
 
 from tune_dfrl.backends.base import ArmSpec
@@ -112,6 +113,7 @@ def connected_driver(root: Path, argv: list[str], out: Path) -> Iterator[subproc
         child.wait()
 
 
+@pytest.mark.integration
 def test_the_driver_starts_the_trials_ray_while_verl_imports_and_ends_it_with_verl(tmp_path: Path) -> None:
     out, ray_dir = tmp_path / "seen.json", short_tmp("rt-driver-")
     settings = {"address": "local", "num_cpus": 3, "num_gpus": 1, "object_store_memory": 80 * 1024**2}
@@ -142,6 +144,7 @@ def test_the_driver_starts_the_trials_ray_while_verl_imports_and_ends_it_with_ve
     assert left == set() and not any(alive(pid) for pid in running)
 
 
+@pytest.mark.integration
 def test_a_trial_that_asks_for_rays_dashboard_gets_its_server(tmp_path: Path) -> None:
     """`ray_kwargs.ray_init.include_dashboard=true` in a recipe's overrides: the trial's node runs Ray's dashboard
     (its API server, `dashboard.py`), which a node without a dashboard does not start (`services.start_node`)."""
@@ -154,6 +157,7 @@ def test_a_trial_that_asks_for_rays_dashboard_gets_its_server(tmp_path: Path) ->
     assert child.returncode == 3 and "dashboard.py" in programs, programs
 
 
+@pytest.mark.integration
 def test_a_node_that_cannot_start_fails_the_driver_with_rays_error(tmp_path: Path) -> None:
     """verl's driver does not run then: the child exits non-zero with Ray's message and leaves no process."""
     child = start_driver(tmp_path, [f"+{RAY_INIT}address=local", f"+{RAY_INIT}num_cpus=-1"], tmp_path / "seen")

@@ -23,6 +23,10 @@ from tune_dfrl.trainers.verl.checks import machine_gpus
 from tune_dfrl.trainers.verl.recipe import check_verl_config, compose_verl_config, hydra_quote
 
 ROOT = Path(__file__).resolve().parents[3]
+
+# The search command with the verl backend: each exports the tiny model and runs the calibration smoke test (tens of
+# seconds of verl imports), which is what `make check` leaves to `make test`.
+pytestmark = pytest.mark.integration
 _spec = importlib.util.spec_from_file_location("verl_cpu_e2e", ROOT / "benchmarks" / "verl_cpu_e2e.py")
 e2e = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(e2e)

@@ -115,6 +115,7 @@ def stand_in(recipe: dict, *options: str) -> VerlBackend:
     return VerlBackend({**recipe, "command": command(*options)})
 
 
+@pytest.mark.integration
 def test_run_trial_reports_milestones_and_leaves_no_process(recipe, tmp_path):
     backend = stand_in(recipe)
     arm = ArmSpec("softmax", {"temperature": 2.0}, "arm1", "softmax T=2")
@@ -152,6 +153,7 @@ def test_run_trial_reports_milestones_and_leaves_no_process(recipe, tmp_path):
     assert len(reported) == 2 and not (tmp_path / "ckpt" / "stand_in.json").exists()
 
 
+@pytest.mark.integration
 def test_a_cpu_trials_child_is_killed_at_its_final_milestone_unless_verl_writes_after_its_last_log(recipe, tmp_path):
     """On device cpu, verl's own shutdown after its last log line (the stand-in's: 60 s) is not waited for: once the
     final milestone is delivered the child's group is killed, the trial succeeds and no process is left. A recipe
@@ -171,6 +173,7 @@ def test_a_cpu_trials_child_is_killed_at_its_final_milestone_unless_verl_writes_
         assert time.monotonic() - began >= 3 and [m.step for m in reported][-2:] == [2, 4], name
 
 
+@pytest.mark.integration
 def test_a_rerun_reports_the_milestone_checkpointed_but_never_logged(recipe, tmp_path):
     """verl saves a milestone's checkpoint before it validates and logs that step: killed in between,
     the rerun validates the checkpoint first, then trains on, no step twice."""
@@ -189,6 +192,7 @@ def test_a_rerun_reports_the_milestone_checkpointed_but_never_logged(recipe, tmp
     assert logged[0]["step"] == 2 and "timing_s/step" not in logged[0]["data"]  # validation before training
 
 
+@pytest.mark.integration
 def test_a_rerun_reports_the_milestones_logged_after_the_trial_died(recipe, tmp_path):
     """The trial process dies at milestone 2 while verl runs on to its final milestone: the rerun
     reports both from verl's log of that start, without starting verl again."""
@@ -221,6 +225,7 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+@pytest.mark.integration
 def test_a_killed_supervisor_takes_its_process_group_along():
     """Ray SIGKILLs the child processes of a trial worker it ends, the supervisor among them: its guard
     (PR_SET_PDEATHSIG) then ends the group, down to a process the child left behind."""
@@ -252,6 +257,7 @@ def test_a_killed_supervisor_takes_its_process_group_along():
     assert wait_all_gone(members, timeout_s=15) == []
 
 
+@pytest.mark.integration
 def test_crashing_child_becomes_an_error_with_its_log_tail(recipe, tmp_path):
     backend = stand_in(recipe, "--crash-after", "3")
     reported: list[Milestone] = []
@@ -262,6 +268,7 @@ def test_crashing_child_becomes_an_error_with_its_log_tail(recipe, tmp_path):
     assert wait_all_gone(child_pids(tmp_path / "ckpt"), timeout_s=5) == []
 
 
+@pytest.mark.integration
 def test_asha_stops_the_weak_trial_and_no_child_survives(ray_session, recipe, tmp_path):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
@@ -297,6 +304,7 @@ def test_asha_stops_the_weak_trial_and_no_child_survives(ray_session, recipe, tm
     assert wait_all_gone(pids) == []
 
 
+@pytest.mark.integration
 def test_trial_child_sees_the_gpus_tune_assigned(recipe, tmp_path):
     """8 logical GPUs (own Ray cluster, in a subprocess); a trial asks for 2."""
     probe = subprocess.run(

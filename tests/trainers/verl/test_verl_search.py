@@ -65,6 +65,7 @@ def searched(data) -> Path:
     return out
 
 
+@pytest.mark.integration
 def test_every_cell_reports_the_childs_validation_milestones(searched: Path) -> None:
     rows = records(searched / "results.jsonl")
     cells = {(r["arm_id"], r["seed"]): [] for r in rows}
@@ -79,6 +80,7 @@ def test_every_cell_reports_the_childs_validation_milestones(searched: Path) -> 
         )
 
 
+@pytest.mark.integration
 def test_trials_ran_the_cpu_overrides_and_left_no_process(searched: Path) -> None:
     from tune_dfrl.trainers.verl.cpu import ROLLOUT_NAME, cpu_overrides
 
@@ -91,6 +93,7 @@ def test_trials_ran_the_cpu_overrides_and_left_no_process(searched: Path) -> Non
     assert [pid for info in infos for pid in (info["parent"], info["pid"], info["lingering"]) if alive(pid)] == []
 
 
+@pytest.mark.integration
 def test_report_and_mlflow_parent_and_child_runs(searched: Path) -> None:
     summary = json.loads((searched / "summary.json").read_text())
     assert summary["seeds"] == list(SEEDS) and len(summary["arms"]) == 2

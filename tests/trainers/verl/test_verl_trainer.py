@@ -117,6 +117,7 @@ def test_plugin_registers_the_trainer_through_the_entry_point():
     assert outs[0]["lazy"]  # `import verl` alone does not pay for the v1 trainer stack
 
 
+@pytest.mark.integration
 def test_construction_keeps_verls_sync_paths_and_mixes_the_dataloader(ray_session, recipe, tmp_path):
     """The trainer keeps verl's sync mode and replay buffer and draws its batches with the mixture sampler. It is
     built inside a Ray instance (the session's here, a trial's own in a run): it records that instance's resources."""
@@ -197,6 +198,7 @@ def transfer_queue(ray_session, recipe, tmp_path_factory):
     tq.close()
 
 
+@pytest.mark.integration
 def test_transfer_queue_starts_its_storage_units_before_it_waits_for_its_controller(transfer_queue):
     """The plugin swapped the two steps of TransferQueue's `init` (transfer_queue_start.py): the storage units'
     processes start while the controller's does. The queue works (the hook tests below put and get through it)."""
@@ -259,6 +261,7 @@ def token_mean(weights: list[float]) -> float:
     return sum(w * n for w, n in zip(weights, LENGTHS)) / sum(LENGTHS)
 
 
+@pytest.mark.integration
 def test_advantage_hook_writes_policy_weights_times_verls_into_transfer_queue(transfer_queue, recipe, tmp_path):
     """verl computes GRPO advantages from TransferQueue; the hook then writes difffilter's weights times verl's own
     (`rollout_is=token`) back, and logs the token means of both over the real responses."""
@@ -279,6 +282,7 @@ def test_advantage_hook_writes_policy_weights_times_verls_into_transfer_queue(tr
     assert metrics["policy/is_weight_mean"] == pytest.approx(token_mean([k * w for k, w in zip(kept, verl_weights)]))
 
 
+@pytest.mark.integration
 def test_a_mixers_batches_follow_its_proportions_and_their_counts_are_logged(transfer_queue, recipe, tmp_path):
     """A static mixer: every batch verl's own fetch draws has the proportions' counts (3:1:2 of 6 prompts), logged per
     domain with the step's metrics; the update is the control's (weights: verl's own)."""
