@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 
 import numpy as np
 import pytest
-from decisions_helpers import SCRIPT, load_benchmark
-
-TWO_STAGE = SCRIPT.with_name("two_stage_decisions.py")
+from decisions_helpers import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
     load_benchmark()  # `import search_decisions` inside the script finds it registered
-    if "two_stage_decisions" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("two_stage_decisions", TWO_STAGE)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-    return sys.modules["two_stage_decisions"]
+    return load_benchmark("two_stage_decisions")
 
 
 @pytest.fixture(scope="module")
