@@ -273,7 +273,15 @@ def test_recommend_highest_lower_bound_never_point_best():
     assert (rec["recommended"], rec["is_control"], rec["point_best"]) == ("tight", False, ["lucky"])
     nothing = recommend({"lucky": verdicts["lucky"]}, "ctl", margin=1.0, seeds_to_detect=60, seeds_for_equivalence=40)
     assert (nothing["recommended"], nothing["is_control"], nothing["seeds_for_equivalence"]) == ("ctl", True, 40)
-    assert "about 40 paired seeds per arm would show equivalence within ±1 with 80% power (TOST" in nothing["reason"]
+    assert "credibl" not in rec["reason"] + nothing["reason"]
+    assert "is better than the control 'ctl': its Holm-adjusted " in rec["reason"]
+    assert (
+        "for the 1 arm still inconclusive, taking its paired SD observed at 8 seeds as known (an estimate), "
+        "about 40 paired seeds would show equivalence within ±1 with 80% power (TOST" in nothing["reason"]
+    )
+    both = recommend({"a": verdicts["lucky"], "b": verdicts["lucky"]}, "ctl", seeds_for_equivalence=40)
+    assert "for the 2 arms still inconclusive, taking their paired SDs observed at 8 seeds" in both["reason"]
+    assert "about 40 paired seeds per arm would show" in both["reason"]
     assert (
         "about 60 would detect a true Δ of +1 with 80% power (paired t-test at α/m = 0.0167)" in nothing["reason"]
     )  # m = 3

@@ -54,14 +54,36 @@ def test_leader_by_paired_lower_bound_and_concise_lines() -> None:
     assert lead.low == pytest.approx(1.0 - 4.302653 * 0.1 / np.sqrt(3), abs=1e-5)
     searcher.arms["D"] = ArmSpec("m", {}, "D", "dropped")  # suggested, started
     book.decisions[("D", 10)] = dropped = ArmDecision(
-        "D", 10, (0, 1, 2), RungDecision(False, "credibly worse than the leader 'S'", "S")
+        "D",
+        10,
+        (0, 1, 2),
+        RungDecision(False, "80% interval of Δ against the leader [-9, -8] over 3 seeds, below 0", "S"),
     )
     p.note_decision(dropped)
     searcher.ended(trial("D", "dropped", 0, 10, 30.0))
     p.on_trial_complete(0, [], trial("D", "dropped", 0, 10, 30.0))
     lines = out.getvalue().splitlines()
-    assert lines[-2].startswith(
-        "[9/12 cells] | stopped arm dropped at step 10: credibly worse than the leader steady | 1 arm stopped"
+    # one line per stopped arm: its seeds end quietly
+    assert lines[-1].startswith(
+        "[9/12 cells] | stopped arm dropped at step 10: 80% interval of Δ against the leader steady [-9, -8] over 3 "
+        "seeds, below 0 | 1 arm stopped"
     )
-    assert lines[-1].startswith("[10/12 cells] | dropped seed 0 stopped at step 10 | 1 arm stopped")
-    assert lines[-1].endswith("leader by 95% paired lower bound: steady Δ=+1.00 [+0.75, +1.25] (3 seeds)")
+    assert "credibl" not in out.getvalue() and "'S'" not in out.getvalue()
+    assert not any("seed 0 stopped at step 10" in line for line in lines)
+    assert lines[-1].endswith(
+        "leader by 95% paired lower bound above the control: steady Δ=+1.00 [+0.75, +1.25] (3 seeds, unadjusted)"
+    )
+
+
+def test_the_control_leads_when_no_lower_bound_is_above_it() -> None:
+    out, searcher = io.StringIO(), Searcher("C")
+    p = Progress(searcher, None, metric="score/db", total_cells=6, last_step=30, confidence=0.95, stream=out)
+    control = {0: 40.0, 1: 50.0, 2: 60.0}
+    behind = {0: 38.0, 1: 51.0, 2: 59.0}  # deltas -2, 1, -1: the interval holds 0
+    for arm, label, scores in (("C", "baseline", control), ("B", "behind", behind)):
+        for seed, db in scores.items():
+            searcher.ended(trial(arm, label, seed, 30, db))
+            p.on_trial_complete(0, [], trial(arm, label, seed, 30, db))
+    last = out.getvalue().splitlines()[-1]
+    assert "the control leads: no arm's 95% paired lower bound is above the control yet (highest: behind" in last
+    assert "leader by" not in last

@@ -19,17 +19,19 @@ Definitions (n = arms at the rung, mean_a = mean of arm a's deltas over its own 
   with c = `confidence` and sd the sample standard deviation (ddof 1); without spread (the same e_s
   at every seed) the inverted exact sign-flip test: {mean(e)} when 2^(1-m) < 1 - c, else unbounded
   (`stats.paired_interval`).
-- credibly worse: the interval lies entirely below 0.
+- below the leader: the interval lies entirely below 0 (a stopping rule that spends seeds, not a verdict; the
+  reasons say what the rule saw, "80% interval of Δ against the leader [-4.37, -2.13] over 6 seeds, below 0", and
+  never name the leader: `RungDecision.leader` holds its id, and the readers (progress line, report, MLflow) name it).
 
 Rules (checked in order; the first that applies decides):
 
 1. the candidate is the only arm at the rung, or the leader -> keep;
 2. `paired_asha` only: rank < max(1, ceil(n / eta)) -> keep (top 1/eta promotion);
 3. fewer than `min_seeds` common seeds with the leader -> keep (no paired evidence yet);
-4. credibly worse than the leader -> stop, otherwise keep.
+4. the interval lies below 0 -> stop, otherwise keep.
 
-So `race` stops exactly the credibly-worse arms, and `paired_asha` additionally protects the
-top ceil(n/eta) arms even when they are credibly worse than the leader.
+So `race` stops exactly the arms whose interval lies below the leader, and `paired_asha` additionally protects the
+top ceil(n/eta) arms even when their interval lies below the leader.
 
 The defaults, declared once in `tune_dfrl.config.settings.SchedulerSettings`, were chosen with
 benchmarks/search_decisions.py (docs/readme_decisions.md): without a grace period the earliest,
@@ -88,6 +90,17 @@ class RungDecision:
     leader: str | None  # arm id of the rung leader (highest mean paired delta)
 
 
+AGAINST_LEADER = "against the leader"  # the words of a reason that the readers complete with the leader's name
+
+
+def name_leader(reason: str, leader: str | None) -> str:
+    """A rung reason as a person reads it: the leader named by `leader` (its label), e.g. "80% interval of Δ against
+    the leader difffilter(high=0.1) [-4.37, -2.13] over 6 seeds, below 0"; unchanged without a leader."""
+    if not leader or AGAINST_LEADER not in reason:
+        return reason
+    return reason.replace(AGAINST_LEADER, f"{AGAINST_LEADER} {leader}", 1)
+
+
 def _check_deltas(candidate: str, deltas: Mapping[str, Mapping[int, float]]) -> None:
     if candidate not in deltas:
         raise ValueError(f"candidate arm {candidate!r} has no deltas at this rung; arms present: {sorted(deltas)}")
@@ -123,17 +136,18 @@ def decide(candidate: str, deltas: Mapping[str, Mapping[int, float]], rule: Rung
 
     common = sorted(set(deltas[candidate]) & set(deltas[leader]))
     if len(common) < rule.min_seeds:
+        seeds = "seed" if len(common) == 1 else "seeds"
         return RungDecision(
-            True, f"{len(common)} common seeds with leader {leader!r} < min_seeds={rule.min_seeds}", leader
+            True, f"only {len(common)} {seeds} in common with the leader < min_seeds={rule.min_seeds}", leader
         )
     diffs = np.array([deltas[candidate][s] - deltas[leader][s] for s in common], dtype=np.float64)
     low, high = (float(end) for end in paired_interval(diffs.mean(), diffs.std(ddof=1), diffs.size, rule.confidence))
     interval = (
-        f"{rule.confidence:.0%} interval of (candidate - {leader!r}) over {len(common)} seeds [{low:.3g}, {high:.3g}]"
+        f"{rule.confidence:.0%} interval of Δ {AGAINST_LEADER} [{low:+.3g}, {high:+.3g}] over {len(common)} seeds"
     )
     if high < 0.0:
-        return RungDecision(False, f"credibly worse than the leader: {interval}", leader)
-    return RungDecision(True, f"not credibly worse than the leader: {interval}", leader)
+        return RungDecision(False, f"{interval}, below 0", leader)
+    return RungDecision(True, f"{interval}, not below 0", leader)
 
 
 CONTINUE, WAIT, STOP = "continue", "wait", "stop"
@@ -158,7 +172,7 @@ class RungBook:
     the control has a score at r for those same seeds (seeds whose trial failed, for A or for the control, are
     left out). Then d[A][s] = score(A, s, r) - score(control, s, r) and `decide(A, deltas_r, rule)` decides once,
     where deltas_r holds every arm decided at r before A (asynchronous ASHA), A itself, and the control with d = 0
-    at each of its seeds, so an arm credibly worse than uniform GRPO stops too. The control is never stopped and
+    at each of its seeds, so an arm whose interval lies below uniform GRPO stops too. The control is never stopped and
     never waits. An arm left with no seed to pair (its own trials, or the control's, all failed) is stopped at
     once, so no trial waits for a decision that can never be made."""
 

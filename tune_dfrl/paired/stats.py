@@ -379,14 +379,17 @@ def recommend(
             "point_best": point_best,
             "seeds_to_detect": None,
             "seeds_for_equivalence": None,
-            "reason": f"{best!r} is credibly better than {control_name!r} (Holm-adjusted interval above 0) with the "
-            f"highest lower bound at the common level {v.common_level:.2%} ({v.common_low:+.2f} points; "
-            f"mean {v.delta:+.2f})",
+            "reason": f"{best!r} is better than the control {control_name!r}: its Holm-adjusted {v.level:.2%} "
+            f"interval lies above 0, and it has the highest lower bound at the common level {v.common_level:.2%} "
+            f"({v.common_low:+.2f} points; mean Δ {v.delta:+.2f})",
         }
+    open_arms = [v for v in verdicts.values() if v.verdict == "inconclusive"]
+    one = len(open_arms) == 1
+    per_arm = "" if one else " per arm"
     need = []
     if seeds_for_equivalence:
         need.append(
-            f"about {seeds_for_equivalence} paired seeds per arm would show equivalence within ±{margin:g} "
+            f"about {seeds_for_equivalence} paired seeds{per_arm} would show equivalence within ±{margin:g} "
             f"with 80% power (TOST, if the true Δ were 0)"
         )
     if seeds_to_detect:
@@ -395,9 +398,17 @@ def recommend(
             f"about {seeds_to_detect} would detect a true Δ of +{margin:g} with 80% power (paired t-test at "
             f"α/m = {first_step:.3g})"
         )
-    need_text = (
-        f"; for the arms still inconclusive, at their observed paired SDs, {', and '.join(need)}" if need else ""
+    seeds = sorted({v.n for v in open_arms}) or [0]
+    at = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
+    whose = (
+        f"for the 1 arm still inconclusive, taking its paired SD observed at {at} seeds as known (an estimate)"
+        if one
+        else f"for the {len(open_arms)} arms still inconclusive, taking their paired SDs observed at {at} seeds as "
+        "known (estimates)"
+        if open_arms
+        else "for the arms still inconclusive, at their observed paired SDs (estimates)"
     )
+    need_text = f"; {whose}, {', and '.join(need)}" if need else ""
     return {
         "recommended": control_name,
         "is_control": True,
@@ -408,7 +419,8 @@ def recommend(
         "point_best": point_best,
         "seeds_to_detect": seeds_to_detect,
         "seeds_for_equivalence": seeds_for_equivalence,
-        "reason": f"no arm is credibly better than {control_name!r}; keep the control{need_text}",
+        "reason": f"no arm is better than the control {control_name!r} (no Holm-adjusted interval lies above 0); "
+        f"keep the control{need_text}",
     }
 
 

@@ -1,4 +1,4 @@
-"""The report: which arms credibly beat the control, and how robust any ranking is (DESIGN §6-§7).
+"""The report: which arms beat the control (Holm-adjusted), and how robust any ranking is (DESIGN §6-§7).
 
     python -m tune_dfrl.report runs=data/dataflex_rl/dataflex_rl_all_runs_171.csv control=baseline \\
         filter.campaign=main filter.model=Qwen2.5-7B-Instruct out=report_main_7b
@@ -20,6 +20,7 @@ of an arm without a control run are ignored and listed in `notes`.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from tune_dfrl.backends.benchmarks import (
 )
 from tune_dfrl.errors import NothingToCompare
 from tune_dfrl.paired.ledger import PairedLedger
+from tune_dfrl.paired.rungs import name_leader
 from tune_dfrl.paired.stats import (
     BCA_COVERAGE_95,
     paired_verdicts,
@@ -50,6 +52,10 @@ from tune_dfrl.paired.stats import (
 from tune_dfrl.report.render import print_summary, write_report
 from tune_dfrl.report.schema import (
     EQUIVALENT,
+    HOLM,
+    SEQUENTIAL,
+    UNADJUSTED,
+    UNSETTLED,
     ArmStatus,
     Recommendation,
     SeriesPoint,
@@ -63,11 +69,15 @@ if TYPE_CHECKING:
 __all__ = ["analyze", "analyze_search", "write_report", "print_summary", "default_control"]
 
 CONTROL_METHODS = ("baseline", "static")
+OLD_STOP_WORDS = re.compile(  # a rung reason in the words of an older stops.jsonl (a verdict word for a rule)
+    r"^(?P<negated>not )?credibly worse than the leader: (?P<level>\d+%) interval of \(candidate - (?P<leader>.+)\) "
+    r"over (?P<seeds>\d+) seeds \[(?P<low>[^,]+), (?P<high>[^\]]+)\]$"
+)
 MIN_PAIRED_SEEDS = 2  # a paired interval needs 2 seeds shared with the control
 DECISION_RULE = (
     "better/worse: the Holm-adjusted paired t-interval (ci_low, ci_high) lies above/below 0, equivalently "
     "p_holm < alpha; equivalent: TOST, the (1 - 2 alpha) paired t-interval (eq_low, eq_high) lies inside "
-    "+-margin; otherwise inconclusive. An arm with the same difference at every seed (no spread) is judged "
+    "+-margin (per arm at alpha, not adjusted for the m arms); otherwise inconclusive. An arm with the same difference at every seed (no spread) is judged "
     "by the exact sign-flip test instead (smallest p 2^(1-n) at n seeds). Among better arms the one with the "
     "highest lower bound at the common level 1 - alpha/m is recommended. BCa intervals and permutation "
     "p-values are reported, not deciding."
@@ -440,8 +450,11 @@ def analyze_search(table: ScoreTable, record: SearchRecord, **options: Any) -> S
             )
         elif arm not in complete:
             step = int(reached[arm])
-            why = stops[arm_id]["reason"] if arm_id in stops else "stopped before its last milestone"
-            stop_notes[arm] = f"arm {arm!r} was stopped at step {step} ({why}); not analysed"
+            why = _stop_reason(stops.get(arm_id), names)
+            stop_notes[arm] = (
+                f"arm {arm!r} was stopped at a rung, step {step} ({why}): its Δ at the stop step is shown unadjusted, "
+                "no verdict"
+            )
             statuses[arm] = _stopped_status(ledger, arm, arm_id, step, 1 - alpha, why, failed.get(arm, []))
     family = len(searched)
     if complete:
@@ -512,15 +525,38 @@ def _finite(value: float) -> float | None:
 def _control_status(ledger: PairedLedger, control: str, control_id: str, final: int) -> ArmStatus:
     scores = ledger.scores(control, final)
     mean = float(np.mean(list(scores.values()))) if scores else None
-    return ArmStatus("control", "control", "control", control_id, final, sorted(scores), mean, 0.0)
+    return ArmStatus("control", "control", "control", control_id, final, sorted(scores), mean, 0.0, control_mean=mean)
+
+
+def _stop_reason(stop: dict | None, names: dict[str, str]) -> str:
+    """A stop's rung reason as a person reads it: the leader named by its label, any arm id (an older stops.jsonl
+    quoted them) replaced by its name."""
+    if stop is None:
+        return "stopped before its last milestone"
+    reason = name_leader(stop["reason"], names.get(stop.get("leader") or "", stop.get("leader")))
+    for arm_id, name in names.items():
+        reason = reason.replace(repr(arm_id), name)
+    if old := OLD_STOP_WORDS.match(reason):  # a record written before the rule's own words: translated
+        below = "not below 0" if old["negated"] else "below 0"
+        reason = (
+            f"{old['level']} interval of Δ against the leader {old['leader']} [{old['low']}, {old['high']}] over "
+            f"{old['seeds']} seeds, {below}"
+        )
+    return reason
 
 
 def _stopped_status(
     ledger: PairedLedger, arm: str, arm_id: str, step: int, confidence: float, why: str, failed: list[int]
 ) -> ArmStatus:
-    """A stopped arm at its last milestone: paired Δ over the seeds it shares there with the control, unadjusted."""
+    """A stopped arm at its last milestone: paired Δ over the seeds it shares there with the control, unadjusted; its
+    mean and the control's at that step over those seeds (all its seeds there when it shares fewer than 2)."""
     e = ledger.estimate(arm, step, confidence)
     scores = ledger.scores(arm, step)
+    control = ledger.scores(ledger.control, step)
+    paired = [seed for seed in e.seeds if seed in scores and seed in control]
+    if len(paired) >= MIN_PAIRED_SEEDS:
+        scores = {seed: scores[seed] for seed in paired}
+    control_mean = float(np.mean([control[seed] for seed in paired])) if paired else None
     return ArmStatus(
         "stopped",
         f"stopped at step {step}",
@@ -535,6 +571,8 @@ def _stopped_status(
         confidence,
         why,
         failed,
+        control_mean,
+        UNADJUSTED,
     )
 
 
@@ -545,7 +583,21 @@ def _analysed_status(summary: Summary, arm: str, names: dict[str, str], final: i
     s = summary.arms[arm][summary.primary]
     text = f"analysed at step {final}" + (f", failed at seeds {failed}" if failed else "")
     return ArmStatus(
-        "analysed", text, s.verdict, arm_id, final, s.seeds, s.mean, s.delta, s.ci_low, s.ci_high, s.level, "", failed
+        "analysed",
+        text,
+        s.verdict,
+        arm_id,
+        final,
+        s.seeds,
+        s.mean,
+        s.delta,
+        s.ci_low,
+        s.ci_high,
+        s.level,
+        "",
+        failed,
+        s.control_mean,
+        HOLM,
     )
 
 
@@ -565,19 +617,23 @@ def _sequential_answer(
         state = last["states"].get(arm_id)
         if state is None:
             why = last["out"].get(arm_id, "not looked at")
-            out[arm] = replace(status, verdict="out", reason=why, delta=None, ci_low=None, ci_high=None, level=None)
+            out[arm] = replace(
+                status, verdict="out", reason=why, delta=None, ci_low=None, ci_high=None, level=None, interval=""
+            )
             continue
         seeds = last["handed"].get(arm_id, status.seeds)[: state["seeds"]]
         level = 1 - looks[state["look"] - 1]["level"]
+        verdict = UNSETTLED if state["status"] == "open" and history["finished"] else state["status"]
         out[arm] = replace(
             status,
-            verdict=state["status"],
+            verdict=verdict,
             seeds=list(seeds),
             delta=state["mean"],
             ci_low=state["low"],
             ci_high=state["high"],
             level=level,
             reason=f"look {state['look']} at {state['seeds']} seeds",
+            interval=SEQUENTIAL,
         )
     chosen = names.get(history["recommended"], summary.control)
     pending = "" if history["finished"] else " (the looks have not ended)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+import itertools
 import math
 import sys
 from dataclasses import dataclass, field
@@ -23,7 +24,18 @@ from rich.console import Console  # noqa: E402
 from rich.markup import escape  # noqa: E402
 from rich.table import Table as RichTable  # noqa: E402
 
-from tune_dfrl.report.schema import EQUIVALENT, ArmStats, Recommendation, Summary  # noqa: E402
+from tune_dfrl.report.schema import (  # noqa: E402
+    EQUIVALENT,
+    HOLM,
+    INTERVAL_KINDS,
+    SEQUENTIAL,
+    UNADJUSTED,
+    UNSETTLED,
+    ArmStats,
+    ArmStatus,
+    Recommendation,
+    Summary,
+)
 from tune_dfrl.report.scores import ScoreTable  # noqa: E402
 from tune_dfrl.state.folder import SUMMARY
 
@@ -35,6 +47,7 @@ class Table:
     columns: list[str]
     rows: list[list[str]]
     caption: str = ""
+    notes: list[str] = field(default_factory=list)  # below the table: what its figures are (one line per kind)
 
 
 @dataclass
@@ -66,7 +79,8 @@ def verdict_table(summary: Summary, name: str, compact: bool = False) -> Table:
     """Control and arms (best mean first) under one aggregation."""
     control = summary.control
     alpha, margin = summary.alpha, summary.equivalence_margin
-    t_ci, eq_ci, bca_ci = f"t {1 - alpha:.0%} CI", f"TOST {1 - 2 * alpha:.0%} CI", f"BCa {1 - alpha:.0%} CI (nominal)"
+    t_ci, eq_ci = f"t {1 - alpha:.0%} CI (unadjusted)", f"TOST {1 - 2 * alpha:.0%} CI (unadjusted)"
+    bca_ci = f"BCa {1 - alpha:.0%} CI (nominal)"
     detect, equivalence = f"seeds to detect +{margin:g}", f"seeds for ±{margin:g} equivalence"
     full = [
         "arm",
@@ -122,31 +136,94 @@ def verdict_table(summary: Summary, name: str, compact: bool = False) -> Table:
     return Table(short if compact else full, rows, caption=f"aggregation `{name}`")
 
 
+def interval_kind(summary: Summary, s: ArmStatus) -> str:
+    """The kind of an arm's interval: holm | unadjusted | sequential ("" without one); a summary.json written before
+    the kinds were recorded by the arm's status and the search's rule."""
+    if s.delta is None or s.level is None:
+        return ""
+    if s.interval:
+        return s.interval
+    if s.status == "stopped":
+        return UNADJUSTED
+    return SEQUENTIAL if summary.rule == "sequential" else HOLM
+
+
+def interval_words(summary: Summary, s: ArmStatus) -> str:
+    """What a row's interval is, in a few words: "Holm 99.17%", "unadjusted 95% at step 20", "sequential boundary
+    98.75%"."""
+    kind = interval_kind(summary, s)
+    if kind == HOLM:
+        return f"Holm {s.level:.2%}"
+    if kind == UNADJUSTED:
+        return f"unadjusted {s.level:.0%} at step {s.step}"
+    if kind == SEQUENTIAL:
+        return f"sequential boundary {s.level:.2%}"
+    return ""
+
+
+def _kind_notes(summary: Summary, kinds: set[str]) -> list[str]:
+    """One line per kind of interval in the arms table."""
+    alpha, m = summary.alpha, summary.holm_family
+    lines = {
+        HOLM: f"Holm (at the row's level): {INTERVAL_KINDS[HOLM]} (family of m = {m} arm(s), α = {alpha}); at the last step, its mean and "
+        "the control's over the seeds both finished.",
+        UNADJUSTED: f"unadjusted {1 - alpha:.0%} at step N: {INTERVAL_KINDS[UNADJUSTED]}. A stopped arm's mean and "
+        "the control's mean are both at that step, over those seeds (their difference is the Δ); the rung stopped "
+        "it (a rule that spends seeds, `why`), the analysis did not judge it.",
+        SEQUENTIAL: f"sequential boundary (at the row's level): {INTERVAL_KINDS[SEQUENTIAL]}; the means are the fixed-sample analysis' "
+        "at the last step (descriptive).",
+    }
+    return [lines[kind] for kind in (HOLM, UNADJUSTED, SEQUENTIAL) if kind in kinds]
+
+
 def status_table(summary: Summary) -> Table:
-    """Every arm of a search: how it ended (`ArmStatus`) and its answer under the search's rule."""
-    rows = []
+    """Every arm of a search: how it ended (`ArmStatus`) and its answer under the search's rule; each row's Δ, mean
+    and the control's mean at the row's step, its interval's kind named in the row (one note per kind below)."""
+    rows, kinds = [], set()
     for arm, s in summary.statuses.items():
+        kind = interval_kind(summary, s)
+        kinds.add(kind)
         figures = (
-            f"{_num(s.delta)} {_interval(s.ci_low, s.ci_high, UNBOUNDED)} ({s.level:.2%})"
-            if s.delta is not None and s.level is not None
-            else ""
+            (_num(s.delta), _interval(s.ci_low, s.ci_high, UNBOUNDED), interval_words(summary, s))
+            if kind
+            else ("", "", "")
         )
+        control_mean = "" if s.status == "control" or s.control_mean is None else _num(s.control_mean, ".2f")
+        why = f"stopped at step {s.step}: {s.reason}" if s.status == "stopped" else s.reason
         rows.append(
             [
                 arm + (" (control)" if s.status == "control" else ""),
                 s.text,
                 s.verdict,
-                figures,
+                *figures,
                 _num(s.mean, ".2f"),
+                control_mean,
                 str(len(s.seeds)) if s.seeds else "",
-                s.reason,
+                why,
             ]
         )
-    rule = {"fixed": "Holm-adjusted fixed-sample analysis", "sequential": "the sequential looks"}[summary.rule]
+    rule = {
+        "fixed": "verdicts (better / worse / equivalent / inconclusive) by the Holm-adjusted fixed-sample analysis at "
+        "the last step",
+        "sequential": "verdicts (better / worse / futile / open, or unsettled once the looks ended) by the sequential "
+        "looks",
+    }[summary.rule]
     return Table(
-        ["arm", "status", "verdict", f"Δ and interval (level) on {summary.primary}", "mean", "seeds", "why"],
+        [
+            "arm",
+            "status",
+            "verdict",
+            f"Δ on {summary.primary}",
+            "interval",
+            "interval kind (level)",
+            "mean",
+            "control mean (same step, same seeds)",
+            "seeds",
+            "why",
+        ],
         rows,
-        caption=f"every arm the search tried; verdicts by {rule}",
+        caption=f"every arm the search tried; {rule}; a stopped arm has no verdict",
+        notes=_kind_notes(summary, kinds),
     )
 
 
@@ -173,13 +250,63 @@ def _verdict_notes(summary: Summary) -> list[str]:
         f"Holm family: {_family(summary)} (every arm of the search, excluded, stopped or failed ones included). `seeds`: the "
         "seeds an arm's mean and Δ both use (those it shares with the control; listed when fewer than the control's); "
         "the control row's mean uses all its seeds, and `control_mean` in summary.json is its mean on each arm's seeds.",
+        f"Equivalence is not in the Holm family: TOST at α = {alpha} per arm (the {1 - 2 * alpha:.0%} interval inside "
+        f"±{summary.equivalence_margin:g}), unadjusted for the {family} arm(s), because it answers a different "
+        "question per arm (is this arm within the margin?) and adjusting it would only make equivalence harder to "
+        "show; better / worse are Holm-adjusted. Across the arms, up to α of the truly non-equivalent ones may each "
+        "read equivalent.",
         f"`MDE` and seeds to detect: 80% power of the two-sided paired t-test at α/m = {alpha / family:.4g} (Holm's "
         f"first step), at the arm's observed paired SD; seeds for equivalence: 80% power of TOST at α = {alpha} "
-        "if the true Δ were 0. (−∞, +∞): an arm with the same Δ at every seed, where the exact sign-flip test "
+        "if the true Δ were 0; both take the SD observed at the arm's seeds as known (an estimate, itself "
+        "uncertain at few seeds). (−∞, +∞): an arm with the same Δ at every seed, where the exact sign-flip test "
         "cannot decide at this many seeds.",
         f"BCa intervals are reported, never deciding, and under-cover at few seeds: a nominal 95% BCa interval "
         f"covered the true Δ in {coverage} (simulated normal paired differences, tests/paired/test_stats_simulation.py).",
     ]
+
+
+def attainable(k: int) -> tuple[list[float], list[float]]:
+    """Every value Spearman ρ and Kendall τ can take between two rankings of k items without ties (k <= 6)."""
+    base = list(range(k))
+    rho, tau = set(), set()
+    for perm in itertools.permutations(base):
+        rho.add(round(1 - 6 * sum((a - b) ** 2 for a, b in zip(base, perm)) / (k * (k * k - 1)), 6))
+        pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+        tau.add(round(sum(1 if perm[i] < perm[j] else -1 for i, j in pairs) / len(pairs), 6))
+    return sorted(rho, reverse=True), sorted(tau, reverse=True)
+
+
+def _few(summary: Summary) -> tuple[int, str]:
+    """How many arms the joint tables rest on, and which: the control and the arms analysed at the last step."""
+    k = len(summary.ranking.get(summary.primary, []))
+    stopped = sum(1 for s in summary.statuses.values() if s.status == "stopped")
+    left = f"; the {stopped} stopped arm(s) are not in it" if stopped else ""
+    return k, f"{k} arms (the control and the {k - 1} arm(s) analysed at the last step{left})"
+
+
+def _rank_note(summary: Summary) -> str:
+    """What a rank correlation on this few arms can show."""
+    k, which = _few(summary)
+    if k < 2:
+        return f"Rests on {which}: nothing to rank."
+    if k > 6:
+        return f"Rests on {which}."
+    rho, tau = attainable(k)
+    shown = ", ".join(f"{v:+.3g}" for v in rho)
+    return (
+        f"Rests on {which}: on {k} items Spearman ρ can only be {shown} and Kendall τ only "
+        f"{', '.join(f'{v:+.3g}' for v in tau)}; one swap of two neighbours moves them a long way, so these figures "
+        "show little."
+    )
+
+
+def _best_note(summary: Summary) -> str:
+    k, which = _few(summary)
+    return (
+        f"Rests on {which}, over the seeds all of them share: 1/{k} = {1 / max(k, 1):.0%} is what a probability of "
+        "being best reads when the data cannot tell the arms apart; it is no test, and a winner-flip rate on few "
+        "seeds is coarse."
+    )
 
 
 def _rank_tables(summary: Summary) -> list[Table]:
@@ -187,6 +314,7 @@ def _rank_tables(summary: Summary) -> list[Table]:
         ["aggregations", "Spearman ρ", "Kendall τ"],
         [[pair, _num(r.spearman, "+.3f"), _num(r.kendall, "+.3f")] for pair, r in summary.rank_correlation.items()],
         caption="rank agreement of the arm means (control included) between aggregations",
+        notes=[_rank_note(summary)],
     )
     ranges = Table(
         ["aggregation", "range (max − min of arm means)", "ranking (best first)"],
@@ -213,6 +341,7 @@ def _leave_out_table(summary: Summary) -> Table:
         ["aggregation", "left out", "min Kendall τ", "at", "arms whose verdict changes"],
         rows,
         caption="Kendall τ between the full ranking and the ranking with one benchmark / domain left out",
+        notes=[_rank_note(summary)],
     )
 
 
@@ -228,7 +357,12 @@ def _best_table(summary: Summary) -> Table:
         else "winner-flip rate (not computable: fewer than 2 seeds shared by all arms)"
     )
     rows.append([label] + [_num(summary.winner_flip_rate[n], ".1%") for n in names])
-    return Table(["arm"] + names, rows, caption="probability of being best (joint seed bootstrap) and winner-flip rate")
+    return Table(
+        ["arm"] + names,
+        rows,
+        caption="probability of being best (joint seed bootstrap) and winner-flip rate",
+        notes=[_best_note(summary)],
+    )
 
 
 def _point_best(rec: Recommendation, control: str) -> str:
@@ -248,12 +382,22 @@ def sections(summary: Summary, table: ScoreTable, figures: dict[str, Path]) -> l
     rec = summary.recommendation
     source = ", ".join(f"{k}={v}" for k, v in summary.source.items() if v)
     by = " by the sequential looks" if summary.rule == "sequential" else ""
+    selected = (
+        [
+            "The arms compared at the last step were selected on these same seeds (the rungs stopped the others on "
+            "them, and the search suggested arms from their scores), so the winner's Δ is optimistic: confirm it on "
+            "fresh seeds with a confirm stage (`confirm.screen=` this search's folder)."
+        ]
+        if summary.statuses and not rec.is_control
+        else []
+    )
     head = Section(
         "Recommendation",
         ([f"**{summary.rerender}.**"] if summary.rerender else [])
         + [
-            f"**Recommended{by}: `{rec.recommended}`** ({'the control' if rec.is_control else 'credible winner'}) — "
-            f"{rec.reason}.",
+            f"**Recommended{by}: `{rec.recommended}`** "
+            f"({'the control' if rec.is_control else 'better than the control'}) — {rec.reason}.",
+            *selected,
             _point_best(rec, summary.control),
             f"Control `{summary.control}`; seeds {', '.join(map(str, summary.seeds))}; aggregations "
             f"{', '.join(summary.aggregations)} (primary `{summary.primary}`); equivalence margin "
@@ -281,7 +425,8 @@ def sections(summary: Summary, table: ScoreTable, figures: dict[str, Path]) -> l
                 f"interval at its level (better / worse when it excludes 0); thick bar the "
                 f"{1 - 2 * alpha:.0%} interval (equivalent when inside the shaded ±margin band); an "
                 f"arrow marks an unbounded end. The unadjusted t and BCa intervals are in the tables "
-                f"only."
+                f"only. Stopped arms (grey, hollow, dashed; primary aggregation only) at their stop step with the "
+                f"unadjusted {1 - alpha:.0%} interval there: no verdict."
             ],
             figures=["forest"],
         ),
@@ -290,7 +435,10 @@ def sections(summary: Summary, table: ScoreTable, figures: dict[str, Path]) -> l
         out.append(
             Section(
                 "Learning curves",
-                [f"Paired Δ on `{summary.primary}` vs training step with its {1 - summary.alpha:.0%} t-interval band."],
+                [
+                    f"Paired Δ on `{summary.primary}` vs training step with its unadjusted {1 - summary.alpha:.0%} "
+                    "t-interval band; stopped arms dashed, up to the step where they stopped."
+                ],
                 figures=["curves"],
             )
         )
@@ -319,6 +467,10 @@ def sequential_section(history: dict) -> Section:
     """seeds=auto (OUT/sequential.json, `tune_dfrl.paired.seed_batches`): each look, the seeds each arm received, final verdicts."""
     rule, looks, label = history["rule"], history["looks"], history["labels"].get
     last = looks[-1] if looks else {"states": {}, "out": {}, "handed": {}}
+
+    def status(state: dict, look: dict) -> str:  # after the last look, an arm still open is unsettled
+        return UNSETTLED if state["status"] == "open" and history["finished"] and look is last else state["status"]
+
     text = [
         f"Seeds in batches: start {rule['start']}, batch {rule['batch']}, max {rule['max']}; group-sequential "
         f"O'Brien-Fleming-type alpha spending at α = {rule['alpha']} over the searched arms with Holm recycling, "
@@ -336,7 +488,7 @@ def sequential_section(history: dict) -> Section:
             f"{k['boundary']:.3f}",
             f"{k['level']:.2g}",
             ", ".join(
-                [f"{label(arm)}: {state['status']}" for arm, state in k["states"].items()]
+                [f"{label(arm)}: {status(state, k)}" for arm, state in k["states"].items()]
                 + [f"{label(arm)}: out" for arm in k["out"]]
             )
             or "—",
@@ -347,7 +499,7 @@ def sequential_section(history: dict) -> Section:
     verdicts = [
         [
             label(arm),
-            state["status"],
+            status(state, last),
             str(state["seeds"]),
             str(state["look"]),
             _num(state["mean"]),
@@ -372,7 +524,8 @@ def sequential_section(history: dict) -> Section:
             Table(
                 ["arm", "verdict", "seeds", "look", "mean Δ", "interval"],
                 verdicts,
-                "intervals at the common nominal level α / K of each arm's last look (repeated confidence intervals)",
+                "sequential boundary: intervals at the common nominal level α / K of each arm's last look (repeated "
+                "confidence intervals); unsettled: still open when the last look was taken",
             ),
         ],
     )
@@ -381,59 +534,128 @@ def sequential_section(history: dict) -> Section:
 # ------------------------------------------------------------------------------------ figures
 
 
+STOPPED_COLOR = "#999999"  # a stopped arm in the figures: no verdict
+
+
+def stopped_label(arm: str, s: ArmStatus) -> str:
+    return f"{arm} (stopped at step {s.step})"
+
+
+def _stopped(summary: Summary) -> dict[str, ArmStatus]:
+    """The arms the scheduler stopped at a rung, with figures at their stop step."""
+    return {arm: s for arm, s in summary.statuses.items() if s.status == "stopped" and s.delta is not None}
+
+
+def forest_rows(summary: Summary) -> list[str]:
+    """The forest plot's rows, top to bottom: the analysed arms (best mean first), then the stopped ones (marked)."""
+    analysed = [a for a in summary.ranking.get(summary.primary, []) if a in summary.arms]
+    return analysed + [stopped_label(arm, s) for arm, s in _stopped(summary).items()]
+
+
 def forest_plot(summary: Summary, path: Path) -> Path:
-    """Per aggregation (panel) and arm (row): Δ, the Holm-adjusted interval and the (1 - 2 alpha) TOST interval.
+    """Per aggregation (panel) and arm (row): Δ, the Holm-adjusted interval and the (1 - 2 alpha) TOST interval;
+    then, on the primary aggregation's panel, each stopped arm at its stop step (grey, hollow marker, dashed) with its
+    unadjusted (1 - alpha) interval (`forest_rows`).
 
     The x-axis spans every finite end of both and the ±margin band; an unbounded end (None) is drawn
     to the panel's edge with an arrow.
     """
-    names = summary.aggregations
-    arms = [a for a in summary.ranking[summary.primary] if a in summary.arms]
-    margin = summary.equivalence_margin
+    names = summary.aggregations or [summary.primary]
+    arms = [a for a in summary.ranking.get(summary.primary, []) if a in summary.arms]
+    stopped = _stopped(summary)
+    rows = forest_rows(summary)
+    margin = summary.equivalence_margin or 1.0
     fig, axes = plt.subplots(
-        1, len(names), figsize=(2.8 * len(names) + 1.6, 0.42 * len(arms) + 1.5), sharey=True, squeeze=False
+        1, len(names), figsize=(2.8 * len(names) + 1.6, 0.42 * len(rows) + 1.5), sharey=True, squeeze=False
     )
     for ax, name in zip(axes[0], names):
         stats = [summary.arms[arm][name] for arm in arms]
-        shown = [v for s in stats for v in (s.ci_low, s.ci_high, s.eq_low, s.eq_high, s.delta) if v is not None]
+        bars = [(s.ci_low, s.ci_high, s.eq_low, s.eq_high, s.delta, VERDICT_COLORS[s.verdict], False) for s in stats]
+        if name == summary.primary:
+            bars += [(s.ci_low, s.ci_high, None, None, s.delta, STOPPED_COLOR, True) for s in stopped.values()]
+        shown = [v for bar in bars for v in bar[:5] if v is not None]
         low, high = min(shown + [-margin]), max(shown + [margin])
         pad = 0.12 * (high - low)
         edges = (low - pad, high + pad)
-        for y, s in enumerate(stats):
-            color = VERDICT_COLORS[s.verdict]
-            for (a, b), width in (((s.ci_low, s.ci_high), 1), ((s.eq_low, s.eq_high), 5)):
+        for y, (ci_low, ci_high, eq_low, eq_high, delta, color, rung) in enumerate(bars):
+            spans = [((ci_low, ci_high), 1)] + ([] if rung else [((eq_low, eq_high), 5)])
+            for (a, b), width in spans:
                 ends = (edges[0] if a is None else a, edges[1] if b is None else b)
-                ax.plot(ends, [y, y], color=color, lw=width, alpha=1.0 if width == 1 else 0.45, solid_capstyle="butt")
+                ax.plot(
+                    ends,
+                    [y, y],
+                    color=color,
+                    lw=width,
+                    alpha=1.0 if width == 1 else 0.45,
+                    solid_capstyle="butt",
+                    ls="--" if rung else "-",
+                )
                 for end, missing, marker in ((ends[0], a is None, "<"), (ends[1], b is None, ">")):
                     if missing:
                         ax.plot(end, y, marker, color=color, ms=6)
-            ax.plot(s.delta, y, "o", color=color, ms=5)
+            ax.plot(delta, y, "o", color=color, ms=5, mfc="white" if rung else color)
         ax.set_xlim(*edges)
         ax.axvspan(-margin, margin, color="#cccccc", alpha=0.35, lw=0)
         ax.axvline(0.0, color="black", lw=0.8)
         ax.set_title(name)
         ax.set_xlabel("paired Δ vs control (points)")
-    axes[0][0].set_yticks(range(len(arms)), arms)
+    axes[0][0].set_yticks(range(len(rows)), rows)
     axes[0][0].invert_yaxis()
     handles = [plt.Line2D([], [], color=c, marker="o", lw=1, label=v) for v, c in VERDICT_COLORS.items()]
-    fig.legend(handles=handles, loc="lower center", ncol=4, frameon=False, fontsize=8)
+    if stopped:
+        handles.append(
+            plt.Line2D(
+                [],
+                [],
+                color=STOPPED_COLOR,
+                marker="o",
+                mfc="white",
+                lw=1,
+                ls="--",
+                label="stopped: unadjusted, at its stop step",
+            )
+        )
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), frameon=False, fontsize=8)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
+def curve_lines(summary: Summary) -> dict[str, list[tuple[int, float, float | None, float | None]]]:
+    """The learning curves' lines: legend label -> (step, Δ, low, high) points; the analysed arms' (`curves`), then
+    each stopped arm's up to its stop step (`series`), marked. Empty: no curves to draw."""
+    lines = {arm: [(p.step, p.delta, p.ci_low, p.ci_high) for p in points] for arm, points in summary.curves.items()}
+    if not lines:
+        return {}  # a table without milestones: no curves, stopped arms or not
+    for arm, s in _stopped(summary).items():
+        points = [(p.step, p.delta, p.ci_low, p.ci_high) for p in summary.series.get(arm, []) if p.delta is not None]
+        if points:
+            lines[stopped_label(arm, s)] = points
+    return lines
+
+
 def learning_curves(summary: Summary, path: Path) -> Path:
-    """Paired Δ (primary aggregation) vs step per arm with its t-interval band."""
+    """Paired Δ (primary aggregation) vs step per arm with its unadjusted t-interval band; stopped arms dashed, up to
+    where they stopped (`curve_lines`)."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for arm, points in summary.curves.items():
-        steps = [p.step for p in points]
-        (line,) = ax.plot(steps, [p.delta for p in points], marker="o", ms=3, label=arm)
+    stopped = {stopped_label(arm, s) for arm, s in _stopped(summary).items()}
+    for label, points in curve_lines(summary).items():
+        steps = [p[0] for p in points]
+        rung = label in stopped
+        (line,) = ax.plot(
+            steps,
+            [p[1] for p in points],
+            marker="o",
+            ms=3,
+            label=label,
+            ls="--" if rung else "-",
+            mfc="white" if rung else None,
+        )
         band = [
-            [math.nan if v is None else v for v in ends]
-            for ends in ([p.ci_low for p in points], [p.ci_high for p in points])
-        ]  # None: unbounded
-        ax.fill_between(steps, *band, color=line.get_color(), alpha=0.15)
+            [math.nan if v is None else v for v in ends] for ends in ([p[2] for p in points], [p[3] for p in points])
+        ]
+        ax.fill_between(steps, *band, color=line.get_color(), alpha=0.08 if rung else 0.15)  # None: unbounded
     margin = summary.equivalence_margin
     ax.axhspan(-margin, margin, color="#cccccc", alpha=0.35, lw=0)
     ax.axhline(0.0, color="black", lw=0.8)
@@ -462,6 +684,8 @@ def markdown(parts: list[Section], figures: dict[str, Path]) -> str:
             lines.append("|" + "---|" * len(table.columns))
             lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in table.rows]
             lines.append("")
+            for note in table.notes:
+                lines += [note, ""]
         for key in section.figures:
             lines += [f"![{key}]({figures[key].name})", ""]
     return "\n".join(lines)
@@ -485,6 +709,7 @@ def html_document(parts: list[Section], figures: dict[str, Path]) -> str:
             head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
             rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in table.rows)
             body.append(f"<table><caption>{_inline(table.caption)}</caption><tr>{head}</tr>{rows}</table>")
+            body += [f"<p>{_inline(note)}</p>" for note in table.notes]
         for key in section.figures:
             data = base64.b64encode(figures[key].read_bytes()).decode()
             body.append(f'<img alt="{key}" src="data:image/png;base64,{data}">')
@@ -504,7 +729,7 @@ def write_report(summary: Summary, table: ScoreTable, out_dir: Path) -> dict[str
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = {"forest": forest_plot(summary, out_dir / "forest.png")}
-    if summary.curves:
+    if curve_lines(summary):
         figures["curves"] = learning_curves(summary, out_dir / "curves.png")
     parts = sections(summary, table, figures)
     paths = {"summary": out_dir / SUMMARY, "markdown": out_dir / "report.md", "html": out_dir / "report.html"}
@@ -514,11 +739,27 @@ def write_report(summary: Summary, table: ScoreTable, out_dir: Path) -> dict[str
     return {**paths, **figures}
 
 
+def _terminal(table: Table) -> Table:
+    """The arms table for a terminal: Δ, its interval and the interval's kind in one column."""
+    first = table.columns.index("interval")
+    merged = [
+        row[: first - 1]
+        + [f"{row[first - 1]} {row[first]} ({row[first + 1]})" if row[first] else ""]
+        + row[first + 2 :]
+        for row in table.rows
+    ]
+    columns = (
+        table.columns[: first - 1] + [f"{table.columns[first - 1]} [interval] (kind)"] + table.columns[first + 2 :]
+    )
+    columns = [c.replace(" (same step, same seeds)", " (same step)") for c in columns]
+    return Table(columns, merged, table.caption, table.notes)
+
+
 def print_summary(summary: Summary, console: Console | None = None) -> None:
     """Console summary: every arm's status and answer (a search), verdicts on the primary aggregation (descriptive
     under the sequential rule), rank agreement, ranges, the recommendation."""
     console = console or Console(width=None if sys.stdout.isatty() else 150)
-    tables = [status_table(summary)] if summary.statuses else []
+    tables = [_terminal(status_table(summary))] if summary.statuses else []
     if summary.arms:
         compact = verdict_table(summary, summary.primary, compact=True)
         if summary.rule == "sequential":
@@ -527,7 +768,14 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
     if summary.rerender:
         console.print(f"[bold]{escape(summary.rerender)}[/bold]")
     for table in tables:
-        rich = RichTable(*table.columns, title=table.caption.replace("`", ""))
+        rich = RichTable(
+            title=table.caption.replace("`", ""),
+            caption="\n".join(table.notes).replace("`", "") or None,
+            caption_justify="left",
+        )
+        for i, column in enumerate(table.columns):  # no verdict word cut: its column as wide as its longest word
+            longest = max((len(word) for row in table.rows for word in row[i].split()), default=0)
+            rich.add_column(escape(column), min_width=longest if column == "verdict" else None)
         for row in table.rows:
             rich.add_row(*(escape(cell) for cell in row))
         console.print(rich)

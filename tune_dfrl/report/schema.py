@@ -97,6 +97,16 @@ class CurvePoint:
 
 
 EQUIVALENT = "control-equivalent"  # the status of a suggestion whose canonical form is the control (never trained)
+HOLM, UNADJUSTED, SEQUENTIAL = "holm", "unadjusted", "sequential"  # the kinds of an `ArmStatus` interval
+INTERVAL_KINDS = {
+    HOLM: "Holm-adjusted paired t-interval at the last step (its level 1 - α/(m - k + 1) at Holm step k): decides "
+    "better / worse",
+    UNADJUSTED: "unadjusted paired t-interval at the stop step, over the seeds the arm and the control both reached: "
+    "descriptive, no verdict",
+    SEQUENTIAL: "repeated confidence interval of the arm's last sequential look, at that look's boundary (the common "
+    "nominal level α/K): decides under seeds=auto",
+}
+UNSETTLED = "unsettled"  # a sequential arm still open when the looks ended (the last look was taken)
 
 
 @dataclass(frozen=True)
@@ -106,7 +116,7 @@ class ArmStatus:
     `status`: control | analysed | stopped | failed | excluded | control-equivalent (`EQUIVALENT`: a suggestion
     that acts as the control, keyed by its label as suggested, `arm_id` the control's); `text` says it in words
     ("stopped at step 20"); `verdict`: the answer (fixed rule: better | worse | equivalent | inconclusive; sequential rule: the last look's
-    better | worse | futile | open, or out), else the status. Figures on the primary aggregation at `step`, over
+    better | worse | futile | open, unsettled once the looks ended, or out), else the status. Figures on the primary aggregation at `step`, over
     `seeds`: the arm's mean and its paired Δ against the control with the interval at `level` that the answer
     rests on (fixed: Holm-adjusted; sequential: the repeated confidence interval at the common level; stopped: the
     unadjusted (1 - alpha) interval at the rung)."""
@@ -122,8 +132,10 @@ class ArmStatus:
     ci_low: float | None = None
     ci_high: float | None = None
     level: float | None = None
-    reason: str = ""  # stopped: the rung decision; failed: the last error
+    reason: str = ""  # stopped: the rung decision (the leader named); failed: the last error
     failed_seeds: list[int] = field(default_factory=list)
+    control_mean: float | None = None  # the control's mean at `step` over `seeds` (mean - control_mean = delta)
+    interval: str = ""  # the kind of the interval: holm | unadjusted | sequential ("" without one); `INTERVAL_KINDS`
 
 
 @dataclass(frozen=True)

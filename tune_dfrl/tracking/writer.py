@@ -49,7 +49,8 @@ from tune_dfrl.backends.base import RESULT_PREFIXES, SCORE
 from tune_dfrl.backends.benchmarks import BenchmarkInfo
 from tune_dfrl.config.cache_root import default_cache_dir
 from tune_dfrl.paired.ledger import milestone
-from tune_dfrl.paired.rungs import ArmDecision
+from tune_dfrl.paired.rungs import ArmDecision, name_leader
+from tune_dfrl.report.render import interval_words
 from tune_dfrl.report.schema import EQUIVALENT, Summary
 from tune_dfrl.state.folder import ARTIFACTS, BENCHMARKS, LOOKS, MLFLOW_DB
 from tune_dfrl.state.records import RECORD_FILES
@@ -218,7 +219,10 @@ def arms_view(primary: str) -> dict[str, Any]:
         f"metrics.`ci_low_{primary}`": 95,
         f"metrics.`ci_high_{primary}`": 95,
         f"metrics.`ci_level_{primary}`": 95,
+        "tags.`interval`": 170,
+        "metrics.`at_step`": 70,
         f"metrics.`mean_{primary}`": 95,
+        f"metrics.`control_mean_{primary}`": 95,
     }
     pinned = {"attributes.`Run Name`": 285, "runDateAndNestInfo": 125}  # the UI's ids of these two columns
     return {
@@ -246,13 +250,14 @@ def _metrics(values: Mapping[str, float | None], timestamp: int, step: int) -> l
     return [Metric(k, float(v), timestamp, step) for k, v in values.items() if v is not None and math.isfinite(v)]
 
 
-def _paired_text(delta: float, low: float | None, high: float | None, level: float) -> str:
-    """ "Δ [low, high] at level" in points to 2 decimals; an unbounded or undefined end as ∞."""
+def _paired_text(delta: float, low: float | None, high: float | None, kind: str) -> str:
+    """ "Δ [low, high] (kind)" in points to 2 decimals, `kind` the interval's kind and level ("Holm 99.17%",
+    "unadjusted 95% at step 20"); an unbounded or undefined end as ∞."""
 
     def end(value: float | None, unbounded: str) -> str:
         return f"{value:+.2f}" if value is not None and math.isfinite(value) else unbounded
 
-    return f"{delta:+.2f} [{end(low, '-∞')}, {end(high, '+∞')}] at {level:.2%}"
+    return f"{delta:+.2f} [{end(low, '-∞')}, {end(high, '+∞')}] ({kind})"
 
 
 class SearchTracker(Callback):
@@ -376,6 +381,10 @@ class SearchTracker(Callback):
                 "seed": str(seed),
             }
             run = self.client.create_run(self.experiment_id, run_name=f"{arm['label']}/seed{seed}", tags=tags)
+            self.client.log_batch(
+                run.info.run_id,
+                params=_params({"method": arm["method"], "seed": seed}) + _params(arm["params"], "param."),
+            )
             self.seed_runs[key] = run.info.run_id
             self._open_seed_runs.add(run.info.run_id)
         return self.seed_runs[key]
@@ -397,9 +406,9 @@ class SearchTracker(Callback):
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         final = bool((trial.last_result or {}).get("final", False))
         run_id = self.seed_run(trial.config["arm"], int(trial.config["seed"]))
-        if not final:
+        if not final:  # stopped by the scheduler: a finished run, tagged (KILLED is an interrupted search's)
             self.client.set_tag(run_id, "stopped", "true")
-        self._end(run_id, "FINISHED" if final else "KILLED")
+        self._end(run_id, "FINISHED")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._end(self.seed_run(trial.config["arm"], int(trial.config["seed"])), "FAILED")
@@ -409,26 +418,36 @@ class SearchTracker(Callback):
         self._open_seed_runs.discard(run_id)
 
     def note_decision(self, decided: ArmDecision) -> None:
-        """Record a rung decision on the arm's parent run."""
+        """Record a rung decision on the arm's parent run, in the rule's words with the rung leader named
+        ("stop: 80% interval of Δ against the leader topk(f=0.9) [-4.37, -2.13] over 6 seeds, below 0")."""
         run_id = self.arm_runs.get(decided.arm)
         if run_id is None:
             return
         verdict = "keep" if decided.decision.keep else "stop"
-        tags = [RunTag(f"rung{decided.rung}", f"{verdict}: {decided.decision.reason}"[:MAX_PARAM_CHARS])]
+        reason = name_leader(decided.decision.reason, self._label(decided.decision.leader))
+        tags = [RunTag(f"rung{decided.rung}", f"{verdict}: {reason}"[:MAX_PARAM_CHARS])]
         if not decided.decision.keep:
             tags += [RunTag("stopped_at_step", str(decided.rung)), RunTag("verdict", "stopped")]
         self.client.log_batch(run_id, tags=tags)
 
+    def _label(self, arm_id: str | None) -> str | None:
+        """An arm's label from its run's tags (None: no such arm run)."""
+        if arm_id is None or (run_id := self.arm_runs.get(arm_id)) is None:
+            return None
+        return self.client.get_run(run_id).data.tags.get("arm_label", arm_id)
+
     def note_look(self, history: Mapping[str, Any]) -> None:
-        """seeds=auto: the looks so far as the search run's sequential.json; the last look on each arm's parent run."""
+        """seeds=auto: the looks so far as the search run's sequential.json; the last look on each arm's parent run
+        (an arm still open at the last look: unsettled)."""
         self.client.log_dict(self.search_run_id, dict(history), LOOKS)
         look, now = history["looks"][-1], int(time.time() * 1000)
         for arm, state in look["states"].items():
             if (run_id := self.arm_runs.get(arm)) is not None:
+                status = "unsettled" if state["status"] == "open" and history.get("finished") else state["status"]
                 self.client.log_batch(
                     run_id,
                     metrics=[Metric("sequential_seeds", float(state["seeds"]), now, look["number"])],
-                    tags=[RunTag(f"look{look['number']}", f"{state['status']} at {state['seeds']} seeds")],
+                    tags=[RunTag(f"look{look['number']}", f"{status} at {state['seeds']} seeds")],
                 )
 
     # -- after the search -------------------------------------------------------------------------
@@ -457,6 +476,7 @@ class SearchTracker(Callback):
         self.client.log_batch(
             self.search_run_id,
             tags=[
+                # a machine field: summary.json's recommendation, figure for figure (its `reason` rounds them)
                 RunTag("recommendation", json.dumps(asdict(summary.recommendation))[:MAX_PARAM_CHARS]),
                 RunTag("rule", summary.rule),
             ],
@@ -503,11 +523,17 @@ class SearchTracker(Callback):
 # -- the layout of an arm run after the search, and reading a search back ------------------------------------------
 
 
+def curve_level(summary: Summary) -> str:
+    """The level in the step series' interval names: "ci95" for the unadjusted 95% interval (alpha 0.05)."""
+    return f"ci{100 * (1 - (summary.alpha or 0.05)):.3g}"
+
+
 def series_metrics(summary: Summary, arm: str, timestamp: int) -> list[Metric]:
     """An arm's step series on the primary aggregation p: `curve/mean_<p>` (its mean over its seeds at each
-    milestone it reached) and, for searched arms, `curve/delta_<p>`, `curve/ci_low_<p>`, `curve/ci_high_<p>` (paired
-    Δ against the control and its unadjusted (1 - alpha) interval, where >= 2 seeds are paired)."""
-    p = summary.primary
+    milestone it reached) and, for searched arms, `curve/delta_<p>`, `curve/ci95_low_<p>`, `curve/ci95_high_<p>`
+    (paired Δ against the control and its unadjusted (1 - alpha) interval, the level in the name, where >= 2 seeds
+    are paired)."""
+    p, ci = summary.primary, curve_level(summary)
     return [
         metric
         for point in summary.series.get(arm, [])
@@ -515,8 +541,8 @@ def series_metrics(summary: Summary, arm: str, timestamp: int) -> list[Metric]:
             {
                 f"{CURVE}mean_{p}": point.mean,
                 f"{CURVE}delta_{p}": point.delta,
-                f"{CURVE}ci_low_{p}": point.ci_low,
-                f"{CURVE}ci_high_{p}": point.ci_high,
+                f"{CURVE}{ci}_low_{p}": point.ci_low,
+                f"{CURVE}{ci}_high_{p}": point.ci_high,
             },
             timestamp,
             point.step,
@@ -527,9 +553,11 @@ def series_metrics(summary: Summary, arm: str, timestamp: int) -> list[Metric]:
 def arm_metrics(summary: Summary, arm: str, timestamp: int) -> list[Metric]:
     """An arm run's step series (`series_metrics`) and its final figures at the step they were measured:
 
-    - every arm: from its `ArmStatus` on the primary aggregation p, `mean_<p>`, `seeds` and (searched arms with
-      figures) `paired_delta_<p>`, `ci_low_<p>`, `ci_high_<p>`, `ci_level_<p>`: the answer's interval (fixed rule:
-      Holm-adjusted; sequential rule: the looks' repeated interval; stopped: unadjusted at the rung);
+    - every arm: from its `ArmStatus` on the primary aggregation p, `mean_<p>`, `seeds`, `at_step` (the step all
+      these were measured at: a stopped arm's stop step) and (searched arms with figures) `paired_delta_<p>`,
+      `ci_low_<p>`, `ci_high_<p>`, `ci_level_<p>`, `control_mean_<p>` (the control's mean at that step on those
+      seeds): the answer's interval (fixed rule: Holm-adjusted; sequential rule: the looks' repeated interval; stopped:
+      unadjusted at the rung), its kind in the tag `interval`;
     - the control: `mean_<agg>` over all its seeds per aggregation;
     - analysed arms under the fixed rule: the same figures per other aggregation, and `p_holm_<agg>`.
     """
@@ -545,13 +573,18 @@ def arm_metrics(summary: Summary, arm: str, timestamp: int) -> list[Metric]:
         figures = (status.delta, status.ci_low, status.ci_high, status.level, status.mean)
         final.update({f"{key}_{p}": v for key, v in zip(FIGURES, figures)})
     final[f"mean_{p}"] = status.mean if status.status != "control" else final.get(f"mean_{p}", status.mean)
+    if status.status != "control" and status.control_mean is not None:
+        final[f"control_mean_{p}"] = status.control_mean
     final["seeds"] = len(status.seeds) if status.seeds else None
+    final["at_step"] = status.step
     return series_metrics(summary, arm, timestamp) + _metrics(final, timestamp, status.step or 0)
 
 
 def arm_tags(summary: Summary, arm: str) -> dict[str, str]:
     """An arm run's tags after the search: `status` (its text), `verdict` (the answer under the search's `rule`),
-    `paired_<p>` (Δ [interval] at level as text), `reason` (a stop's rung decision, a failure's error, a look),
+    `paired_<p>` (Δ [interval] (its kind and level) as text, figures to 2 decimals), `interval` (that kind and level:
+    "Holm 99.17%", "unadjusted 95% at step 20", "sequential boundary 98.75%"), `reason` (a stop's rung decision with
+    the leader named, a failure's error, a look),
     `verdict_<agg>` per aggregation of the fixed-sample analysis (descriptive under the sequential rule); the
     control's run names the suggestions that acted as it (`control-equivalent`, never trained: no run of their own)."""
     status, p = summary.statuses[arm], summary.primary
@@ -562,11 +595,14 @@ def arm_tags(summary: Summary, arm: str) -> dict[str, str]:
         if equivalents:
             tags[EQUIVALENT] = "; ".join(equivalents)
     elif status.delta is not None and status.level is not None:
-        tags[f"paired_{p}"] = _paired_text(status.delta, status.ci_low, status.ci_high, status.level)
+        kind = interval_words(summary, status)
+        tags[f"paired_{p}"] = _paired_text(status.delta, status.ci_low, status.ci_high, kind)
+        tags["interval"] = kind
     if status.reason:
         tags["reason"] = status.reason
     if status.status == "stopped":
         tags["stopped_at_step"] = str(status.step)
+        tags["reason"] = f"stopped at step {status.step}: {status.reason}"
     prefix = "descriptive_verdict_" if summary.rule == "sequential" else "verdict_"
     tags.update({f"{prefix}{agg}": f.verdict for agg, f in summary.arms.get(arm, {}).items()})
     return tags
@@ -578,5 +614,7 @@ def status_table(summary: Summary) -> dict[str, list[Any]]:
     columns: dict[str, list[Any]] = {"arm": [arm for arm, _ in rows]}
     for key in ("status", "text", "verdict", "step", "delta", "ci_low", "ci_high", "level", "mean", "reason"):
         columns[key] = [getattr(s, key) for _, s in rows]
+    columns["control_mean"] = [s.control_mean for _, s in rows]
+    columns["interval"] = [interval_words(summary, s) for _, s in rows]
     columns["seeds"] = [len(s.seeds) for _, s in rows]
     return columns

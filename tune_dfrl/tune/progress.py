@@ -3,8 +3,13 @@
 Each line says how many (arm, seed) cells ended out of the planned total, which arms the
 scheduler stopped, and the current leader by *paired lower bound*: over the seeds where an arm
 and the control both finished, the lower end of the two-sided paired interval at `confidence`
-(`PairedLedger.estimate`; the line names the level) of mean(score(arm, s) - score(control, s)).
-The point-best arm is never called the leader.
+(`PairedLedger.estimate`; the line names the level, unadjusted) of mean(score(arm, s) - score(control, s)).
+An arm leads only when that lower bound is above 0 (above the control); otherwise the line says that the control
+leads and names the arm closest to it. The point-best arm is never called the leader.
+
+One line per event a user cares about: a seed that finished or failed, an arm the scheduler stopped at a rung (its
+rule's words, the rung leader named, never "credibly": a stopping rule spends seeds, it is no verdict); the seeds of
+an announced stopped arm end quietly.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from ray.tune import Callback
 
 from tune_dfrl.backends.base import ArmSpec
 from tune_dfrl.paired.ledger import PairedEstimate, PairedLedger
-from tune_dfrl.paired.rungs import ArmDecision, RungBook
+from tune_dfrl.paired.rungs import ArmDecision, RungBook, name_leader
 
 
 class Cells(Protocol):
@@ -80,10 +85,17 @@ class Progress(Callback):
             parts.append(f"{len(stopped)} arm{'s' if len(stopped) > 1 else ''} stopped")
         lead = self.leader()
         if lead is not None:
-            parts.append(
-                f"leader by {lead.confidence:.0%} paired lower bound: {self.label(lead.arm)} "
-                f"Δ={lead.mean:+.2f} [{lead.low:+.2f}, {lead.high:+.2f}] ({len(lead.seeds)} seeds)"
+            figures = (
+                f"{self.label(lead.arm)} Δ={lead.mean:+.2f} [{lead.low:+.2f}, {lead.high:+.2f}] "
+                f"({len(lead.seeds)} seeds, unadjusted)"
             )
+            if lead.low > 0:
+                parts.append(f"leader by {lead.confidence:.0%} paired lower bound above the control: {figures}")
+            else:
+                parts.append(
+                    f"the control leads: no arm's {lead.confidence:.0%} paired lower bound is above the control yet "
+                    f"(highest: {figures})"
+                )
         return " | ".join(parts)
 
     def say(self, event: str) -> None:
@@ -91,9 +103,8 @@ class Progress(Callback):
 
     def note_decision(self, decided: ArmDecision) -> None:
         if not decided.decision.keep:
-            reason = decided.decision.reason
-            for arm_id in self.cells.arms:
-                reason = reason.replace(repr(arm_id), self.label(arm_id))
+            leader = decided.decision.leader
+            reason = name_leader(decided.decision.reason, self.label(leader) if leader else None)
             self.say(f"stopped arm {self.label(decided.arm)} at step {decided.rung}: {reason}")
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -101,7 +112,7 @@ class Progress(Callback):
         if result.get("final"):
             how = "replayed from its record" if result.get("replayed") else "finished"
             self.say(f"{arm['label']} seed {seed} {how}: {self.metric}={result[self.metric]:.2f}")
-        else:
+        elif arm.get("arm_id") not in self.stopped():  # a stopped arm's seeds end quietly: its stop was announced
             self.say(f"{arm['label']} seed {seed} stopped at step {result.get('step', 0):g}")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:

@@ -329,11 +329,15 @@ class PairedRepeater(Searcher):
             return False
         searched = [arm_id for arm_id in self.arms if arm_id != self.control.arm_id]
         look = self.batches.look(self.ledger, searched, self.feedback.final_step)
+        shown = {"open": "unsettled"} if self.batches.finished else {}  # after the last look no arm is open
         log.info(
             "sequential look %d at %d seeds: %s; next seeds %s",
             look.number,
             look.seeds,
-            ", ".join(f"{self.arms[arm].label} {state.status}" for arm, state in look.states.items()) or "no arm",
+            ", ".join(
+                f"{self.arms[arm].label} {shown.get(state.status, state.status)}" for arm, state in look.states.items()
+            )
+            or "no arm",
             list(look.next_seeds) or "none",
         )
         open_arms = [arm_id for arm_id, state in look.states.items() if state.status == "open"]
