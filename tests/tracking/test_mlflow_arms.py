@@ -54,7 +54,7 @@ def test_the_runs_url_names_the_experiment_and_the_runs_page_in_the_model_traini
     )
     assert ui_command("sqlite:////tmp/out/mlflow.db") == (
         "MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow ui --backend-store-uri sqlite:////tmp/out/mlflow.db "
-        "--host 127.0.0.1 --port 5000"
+        "--host 127.0.0.1 --port 5000 --workers 1"
     )
     served = "http://mlflow.internal:8080/"
     assert ui_command(served) is None
@@ -68,7 +68,7 @@ def test_the_search_ends_printing_the_ui_command_and_the_url_of_its_arms(searche
     *_, command, url = searched.printed.splitlines()
     assert command == (
         f"browse:  MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow ui --backend-store-uri {searched.uri} "
-        "--host 127.0.0.1 --port 5000"
+        "--host 127.0.0.1 --port 5000 --workers 1"
     )
     assert url == f"         then open {runs_url(searched.uri, searched.experiment.experiment_id)}"
     assert f"/#/experiments/{searched.experiment.experiment_id}/runs?" in url

@@ -184,12 +184,13 @@ def _is_server(tracking_uri: str) -> bool:
 
 
 def ui_command(tracking_uri: str) -> str | None:
-    """The command that serves a local store in the MLflow UI at http://127.0.0.1:5000, without MLflow's job runners
-    (`UI_SERVER_ENV`; None: an http store is served already)."""
+    """The command that serves a local store in the MLflow UI at http://127.0.0.1:5000 to one browsing user: one server
+    worker (MLflow's default is 4), without MLflow's job runners (`UI_SERVER_ENV`; None: an http store is served
+    already)."""
     if _is_server(tracking_uri):
         return None
     env = " ".join(f"{name}={value}" for name, value in UI_SERVER_ENV.items())
-    return f"{env} mlflow ui --backend-store-uri {tracking_uri} --host {UI_HOST} --port {UI_PORT}"
+    return f"{env} mlflow ui --backend-store-uri {tracking_uri} --host {UI_HOST} --port {UI_PORT} --workers 1"
 
 
 def runs_url(tracking_uri: str, experiment_id: str) -> str:
