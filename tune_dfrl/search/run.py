@@ -296,6 +296,7 @@ def _optuna_search(plan: Plan, study: Path, earlier_study: Path, metric: str) ->
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", message="Define-by-run function passed in the `space` argument took")  # busy CPU
     sampler = optuna.samplers.TPESampler(
         seed=plan.searcher.seed, n_startup_trials=plan.searcher.n_startup_trials, multivariate=True, group=True
     )
