@@ -203,7 +203,7 @@ def test_a_log_that_does_not_replay_is_refused_and_leaves_the_study(resumed: Res
         run_search(plan_search(search_cfg(*settings)))
     assert (copy / "optuna.db").read_bytes() == study and not list(copy.glob("optuna.db.*"))
     client = MlflowClient(store)
-    runs = client.search_runs([client.get_experiment_by_name(f"tune_dfrl/{copy.name}").experiment_id])
+    runs = client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id])
     assert runs and {run.info.status for run in runs} <= {"FINISHED", "KILLED"}
 
 
