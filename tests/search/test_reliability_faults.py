@@ -67,9 +67,7 @@ def test_the_report_names_the_missing_seed_and_compares_on_the_shared_seeds(faul
     summary = json.loads((faulted / "summary.json").read_text())
     label = next(iter(summary["arms"]))
     notes = "\n".join(summary["notes"])
-    assert (
-        f"arm {label!r}: seed 1 failed after 2 attempt(s), at step 0 (tune_dfrl.errors.PlantedFaultError" in notes
-    )
+    assert f"arm {label!r}: seed 1 failed after 2 attempt(s), at step 0 (tune_dfrl.errors.PlantedFaultError" in notes
     assert f"arm {label!r}: no run at control seeds [1]; compared on 2 seeds" in notes
     final = {(r["arm_id"], r["seed"]): r["aggregates"]["db"] for r in records(faulted / "results.jsonl") if r["final"]}
     expected = np.mean([final[(searched, s)] - final[(control, s)] for s in (0, 2)])  # by hand, from the stored results
