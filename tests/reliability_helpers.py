@@ -66,7 +66,9 @@ def start(
 
 
 def stop(proc: subprocess.Popen, marker: str | None = None, sig: int = signal.SIGTERM, grace_s: float = 20.0) -> None:
-    """Stop a process we started and its process group, then SIGKILL anything whose command line holds `marker`."""
+    """Stop a process we started and its process group, then SIGKILL anything whose command line or environment holds
+    `marker` (Ray renames its actors' processes, e.g. `ray::ImplicitFunc.train`, so a trial's command line loses the
+    session folder; its environment keeps the RAY_TMPDIR it was started with), until none is left."""
     for s in (sig, signal.SIGKILL):
         try:
             os.killpg(proc.pid, s)
@@ -79,7 +81,7 @@ def stop(proc: subprocess.Popen, marker: str | None = None, sig: int = signal.SI
             continue
     if marker is not None:
         deadline = time.time() + grace_s
-        while (left := marked(marker)) and time.time() < deadline:
+        while (left := marked(marker) + with_environment(marker)) and time.time() < deadline:
             for pid in left:
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -114,6 +116,21 @@ def marked(*markers: str) -> list[int]:
         except OSError:
             continue
         if all(marker in command for marker in markers):
+            pids.append(int(entry.name))
+    return pids
+
+
+def with_environment(marker: str) -> list[int]:
+    """Live processes (other than this one) whose environment holds `marker` (e.g. a RAY_TMPDIR value)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environment = (entry / "environ").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if marker in environment:
             pids.append(int(entry.name))
     return pids
 

@@ -81,6 +81,17 @@ def test_looks_handed_new_seeds_to_the_open_arms_and_the_control(searched: Path)
     assert cached == [f"seed{s}.jsonl" for s in range(4)]  # the control cache stored the new control seeds too
 
 
+def test_after_the_last_look_no_arm_reads_open(searched: Path) -> None:
+    """An arm still open at the last look is "unsettled": no more seeds are coming, so "open" would promise more."""
+    history = json.loads((searched / "sequential.json").read_text())
+    left_open = {arm for arm, state in history["looks"][-1]["states"].items() if state["status"] == "open"}
+    summary = json.loads((searched / "summary.json").read_text())
+    verdicts = {status["arm_id"]: status["verdict"] for status in summary["statuses"].values()}
+    assert history["finished"] and "open" not in verdicts.values()
+    assert all(verdicts[arm] == "unsettled" for arm in left_open)
+    assert "| open |" not in (searched / "report" / "report.md").read_text()
+
+
 def test_optuna_was_told_once_per_arm_on_the_starting_seeds(searched: Path) -> None:
     study = optuna.load_study(study_name=OPTUNA_STUDY, storage=f"sqlite:///{searched / 'optuna.db'}")
     history = json.loads((searched / "sequential.json").read_text())
