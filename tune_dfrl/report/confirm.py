@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from tune_dfrl.backends.base import SCORE
-from tune_dfrl.errors import FolderInUse, SearchError, StateFormatError
+from tune_dfrl.errors import FolderInUse, SearchError
 from tune_dfrl.state.folder import CONFIRM, MLFLOW_DB, PLAN, REPORT, RESULTS, SUMMARY
 from tune_dfrl.state.records import read_records
-from tune_dfrl.state.resume import STATE_FORMAT, check_folder_free
+from tune_dfrl.state.resume import check_folder_free, check_state_format
 
 MD = "confirm.md"
 SEED_ROLE = ("tune_dfrl.role", "seed")  # the MLflow tag of a seed run (`tune_dfrl.tracking.writer`)
@@ -88,12 +88,7 @@ def load_screen(given: str, top: int) -> Screen:
     if not (folder / PLAN).is_file():
         raise SearchError(f"{where}: {folder} holds no search (no {PLAN}); give the output folder of a screen search")
     plan = json.loads((folder / PLAN).read_text())
-    found = plan.get("state_format", 1)
-    if found != STATE_FORMAT:
-        raise StateFormatError(
-            f"{where}: {folder} holds search state format {found!r}; this tune_dfrl reads state format "
-            f"{STATE_FORMAT} only: run the screen again with this version"
-        )
+    check_state_format(folder, plan, where, advice="run the screen again with this version")
     try:
         check_folder_free(folder)
     except FolderInUse as busy:
@@ -316,7 +311,7 @@ def _seed_deltas(folder: Path, plan: dict[str, Any], labels: dict[str, str], con
     score: dict[tuple[str, int], float] = {}
     for r in read_records(folder / RESULTS):
         if int(r["step"]) == final and metric in r["aggregates"]:
-            score[(r["arm_id"], int(r["seed"]))] = float(r["aggregates"][metric])
+            score.setdefault((r["arm_id"], int(r["seed"])), float(r["aggregates"][metric]))  # first line kept
     seeds = sorted(s for a, s in score if a == control)
     return {
         label: np.array([score.get((arm_id, s), math.nan) - score[(control, s)] for s in seeds])

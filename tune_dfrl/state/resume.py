@@ -83,14 +83,19 @@ def _in_use(out: Path, holder: str) -> FolderInUse:
     )
 
 
-def check_state_format(out: Path, stored: Mapping[str, Any]) -> None:
-    """Refuse to resume a folder whose search.json names another `state_format` than STATE_FORMAT."""
+RESUME_ADVICE = "continue it with the tune_dfrl version that started it, or start the search again in another out=DIR"
+
+
+def check_state_format(
+    out: Path, stored: Mapping[str, Any], where: str = "resume=true", advice: str = RESUME_ADVICE
+) -> None:
+    """Refuse a folder whose search.json names another `state_format` than STATE_FORMAT (`where`: the setting that
+    named the folder; `advice`: what to do instead)."""
     found = stored.get("state_format", 1)
     if found != STATE_FORMAT:
         raise StateFormatError(
-            f"resume=true: {out} holds search state format {found!r}; this tune_dfrl reads state format "
-            f"{STATE_FORMAT} only: continue it with the tune_dfrl version that started it, or start the search again "
-            "in another out=DIR"
+            f"{where}: {out} holds search state format {found!r}; this tune_dfrl reads state format "
+            f"{STATE_FORMAT} only: {advice}"
         )
 
 
